@@ -1,0 +1,58 @@
+"""Where the default datasets live: the shipped Fashion-MNIST subset, or the full set if installed.
+
+The project ships ``data/fashion-mnist-subset.h5`` (10,000 train + 2,000 validation images,
+class-balanced, 28x28x1 uint8, gzip; MIT licence, Zalando SE; see data/README.md) so that the
+default job needs neither a download nor root. Where Debian's ``dataset-fashion-mnist`` package
+is installed, :func:`fashion_mnist_path` converts its full 60,000 + 10,000 images once into a
+cache directory and uses that instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from data.convert import FASHION_MNIST_CLASSES, FASHION_MNIST_LICENCE, FASHION_MNIST_SOURCE, IDX_NAMES, convert_idx
+
+logger = logging.getLogger(__name__)
+
+SHIPPED_SUBSET = Path(__file__).with_name("fashion-mnist-subset.h5")
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+FULL_NAME = "fashion-mnist-full.h5"
+
+
+def default_cache_dir() -> Path:
+    """``$POPRUN_DATA_CACHE``, else ``$XDG_CACHE_HOME/poprun_py``, else ``~/.cache/poprun_py``."""
+    if os.environ.get("POPRUN_DATA_CACHE"):
+        return Path(os.environ["POPRUN_DATA_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "poprun_py"
+
+
+def has_idx_files(folder: Path) -> bool:
+    """True when ``folder`` holds all four MNIST-format files (gzip or not)."""
+    stems = [stem for pair in IDX_NAMES.values() for stem in pair]
+    return all((folder / s).is_file() or (folder / (s + ".gz")).is_file() for s in stems)
+
+
+def fashion_mnist_path(full: bool = True, idx_dir: str | os.PathLike | None = None,
+                       cache_dir: str | os.PathLike | None = None) -> Path:
+    """The Fashion-MNIST file to train on.
+
+    With ``full=True`` and the IDX files present in ``idx_dir`` (default
+    ``$POPRUN_FASHION_MNIST_DIR`` or ``/usr/share/datasets/fashion-mnist``), returns the full set,
+    converting it on first use to ``<cache_dir>/fashion-mnist-full.h5``. Otherwise returns the
+    shipped subset.
+    """
+    folder = Path(idx_dir or os.environ.get("POPRUN_FASHION_MNIST_DIR", DEBIAN_DIR))
+    if not full or not has_idx_files(folder):
+        if full:
+            logger.info("Fashion-MNIST IDX files not found in %s; using the shipped subset %s.", folder, SHIPPED_SUBSET)
+        return SHIPPED_SUBSET
+    target = Path(cache_dir or default_cache_dir()) / FULL_NAME
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("Converting the full Fashion-MNIST from %s to %s.", folder, target)
+        convert_idx(folder, target, class_names=FASHION_MNIST_CLASSES, source=FASHION_MNIST_SOURCE,
+                    licence=FASHION_MNIST_LICENCE)
+    return target
