@@ -1,0 +1,199 @@
+"""2-D convolution in NHWC with any kernel, stride, padding and groups.
+
+Weights are stored OIHW (``[Cout, Cin/groups, KH, KW]``), exactly as in a PyTorch
+state_dict, so parameters and gradients need no conversion. Three paths:
+
+* pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view;
+* depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
+* everything else (regular and grouped, e.g. G16): im2col into reused per-group columns
+  ``[G, N*Ho*Wo, KH*KW*Cg]``, then one batched GEMM; backward uses col2im.
+
+Padding: ``"same"`` is TensorFlow's (output ``ceil(H/stride)``, extra pixel at the bottom/
+right), ``"symmetric"`` is PyTorch's ``(k-1)//2`` on every side, an int or a
+``(top, bottom, left, right)`` tuple is explicit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from models import _conv_kernels as K
+from models.layer import Layer, Shape
+from models.param import Param
+
+_DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
+
+
+def same_pads(size: int, k: int, s: int) -> tuple[int, int]:
+    """TensorFlow "SAME" padding (before, after) for one spatial dimension."""
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def resolve_padding(padding, kh: int, kw: int, sh: int, sw: int, h: int, w: int):
+    """(top, bottom, left, right) for a padding spec and input size."""
+    if padding == "same":
+        return same_pads(h, kh, sh) + same_pads(w, kw, sw)
+    if padding == "symmetric":
+        ph, pw = (kh - 1) // 2, (kw - 1) // 2
+        return ph, ph, pw, pw
+    if isinstance(padding, int):
+        return padding, padding, padding, padding
+    if isinstance(padding, tuple) and len(padding) == 4:
+        return tuple(int(p) for p in padding)
+    raise ValueError(f"conv padding {padding!r}: use 'same', 'symmetric', an int or (top, bottom, left, right)")
+
+
+class Conv2d(Layer):
+    """Convolution; keeps its input (pointwise, depthwise) or its im2col columns (others)."""
+
+    kind = "conv"
+
+    def __init__(self, name: str, block: str, cin: int, cout: int, kernel: int | tuple[int, int],
+                 stride: int = 1, padding="symmetric", groups: int = 1, bias: bool = False,
+                 dtype=np.float32, rng: np.random.Generator | None = None) -> None:
+        super().__init__(name, block, dtype)
+        kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+        if groups < 1 or cin % groups or cout % groups:
+            raise ValueError(f"conv {name}: groups={groups} must divide in={cin} and out={cout} channels")
+        self.cin, self.cout, self.kh, self.kw, self.groups = cin, cout, kh, kw, groups
+        self.sh, self.sw = (stride, stride) if isinstance(stride, int) else stride
+        resolve_padding(padding, kh, kw, self.sh, self.sw, 1, 1)  # validate early
+        self.padding = padding
+        self.need_dx = True
+        rng = rng or np.random.default_rng(0)
+        std = math.sqrt(2.0 / (cout * kh * kw))  # kaiming normal, fan_out (torchvision)
+        w = rng.standard_normal((cout, cin // groups, kh, kw)) * std
+        self.weight = Param(self._key("weight"), w.astype(self.dtype), "weight")
+        self.bias = Param(self._key("bias"), np.zeros(cout, self.dtype), "bias") if bias else None
+        if kh == kw == 1 and self.sh == self.sw == 1 and groups == 1 and self._pads(1, 1) == (0, 0, 0, 0):
+            self.path = "pointwise"
+        elif groups == cin == cout:
+            self.path = "depthwise"
+            self.kind = "dwconv"
+        else:
+            self.path = "im2col"
+
+    def params(self) -> list[Param]:
+        return [self.weight] + ([self.bias] if self.bias is not None else [])
+
+    def _pads(self, h: int, w: int):
+        return resolve_padding(self.padding, self.kh, self.kw, self.sh, self.sw, h, w)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        n, h, w, _ = shape
+        pt, pb, pl, pr = self._pads(h, w)
+        return n, (h + pt + pb - self.kh) // self.sh + 1, (w + pl + pr - self.kw) // self.sw + 1, self.cout
+
+    # -- forward / backward --------------------------------------------------------------
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        if x.ndim != 4 or x.shape[3] != self.cin:
+            raise ValueError(f"conv {self.name}: expected NHWC input with {self.cin} channels, got shape {x.shape}")
+        self.x_shape = x.shape
+        n, ho, wo, _ = self.out_shape(x.shape)
+        y = self._buf("y", (n, ho, wo, self.cout))
+        if self.path == "pointwise":
+            self.x = x  # kept for the weight gradient
+            np.matmul(x.reshape(-1, self.cin), self.weight.data.reshape(self.cout, self.cin).T,
+                      out=y.reshape(-1, self.cout))
+        elif self.path == "depthwise":
+            self.x = x
+            pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
+            K.dw_forward(x, self._dw_weight(), y, self.sh, self.sw, pt, pl)
+        else:
+            self._forward_im2col(x, y, ho, wo)
+        if self.bias is not None:
+            y += self.bias.data
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray | None:
+        if self.bias is not None:
+            self.bias.grad[...] = dy.reshape(-1, self.cout).sum(axis=0, dtype=np.float64)
+        if self.path == "pointwise":
+            return self._backward_pointwise(dy)
+        if self.path == "depthwise":
+            return self._backward_depthwise(dy)
+        return self._backward_im2col(dy)
+
+    def _backward_pointwise(self, dy):
+        dy2 = dy.reshape(-1, self.cout)
+        w2 = self.weight.data.reshape(self.cout, self.cin)
+        np.matmul(dy2.T, self.x.reshape(-1, self.cin), out=self.weight.grad.reshape(self.cout, self.cin))
+        if not self.need_dx:
+            return None
+        dx = self._buf("dx", self.x_shape)
+        np.matmul(dy2, w2, out=dx.reshape(-1, self.cin))
+        return dx
+
+    def _dw_weight(self) -> np.ndarray:
+        wt = self._buf("w_dw", (self.kh, self.kw, self.cout))
+        np.copyto(wt, self.weight.data[:, 0].transpose(1, 2, 0))
+        return wt
+
+    def _backward_depthwise(self, dy):
+        pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
+        chunks = max(1, min(_DW_CHUNKS, dy.shape[0] * dy.shape[1]))
+        part = self._buf("dw_part", (chunks, self.kh, self.kw, self.cout))
+        K.dw_backward_weight(self.x, dy, part, self.sh, self.sw, pt, pl)
+        self.weight.grad[:, 0] = part.sum(axis=0).transpose(2, 0, 1)
+        if not self.need_dx:
+            return None
+        dx = self._buf("dx", self.x_shape)
+        K.dw_backward_input(dy, self._dw_weight(), dx, self.sh, self.sw, pt, pl)
+        return dx
+
+    def _group_weight(self) -> np.ndarray:
+        """OIHW -> [G, KH*KW*Cg, Cog], matching the im2col column order (kh, kw, c)."""
+        g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
+        w = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 2, 1)
+        wg = self._buf("w_g", (g, self.kh * self.kw * cg, cog))
+        np.copyto(wg, w.reshape(g, -1, cog))
+        return wg
+
+    def _forward_im2col(self, x, y, ho, wo):
+        g, cog = self.groups, self.cout // self.groups
+        n = x.shape[0]
+        pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
+        p = n * ho * wo
+        cols = self._buf("cols", (g, p, self.kh * self.kw * self.cin // g))
+        K.im2col(x, cols, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
+        self.cols = cols  # kept for the weight gradient
+        wg = self._group_weight()
+        if g == 1:
+            np.matmul(cols[0], wg[0], out=y.reshape(p, self.cout))
+        else:
+            out = self._buf("out_g", (g, p, cog))
+            np.matmul(cols, wg, out=out)
+            np.copyto(y.reshape(p, g, cog), out.transpose(1, 0, 2))
+
+    def _backward_im2col(self, dy):
+        g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
+        n, ho, wo, _ = dy.shape
+        p = n * ho * wo
+        if g == 1:
+            dyg = dy.reshape(1, p, cog)
+        else:
+            dyg = self._buf("dy_g", (g, p, cog))
+            np.copyto(dyg, dy.reshape(p, g, cog).transpose(1, 0, 2))
+        dwg = self._buf("dw_g", (g, self.kh * self.kw * cg, cog))
+        np.matmul(self.cols.transpose(0, 2, 1), dyg, out=dwg)
+        self.weight.grad[...] = dwg.reshape(g, self.kh, self.kw, cg, cog).transpose(0, 4, 3, 1, 2).reshape(
+            self.weight.grad.shape)
+        if not self.need_dx:
+            return None
+        dcols = self.cols  # the columns are no longer needed: reuse them for their gradient
+        np.matmul(dyg, self._group_weight().transpose(0, 2, 1), out=dcols)
+        pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
+        dx = self._buf("dx", self.x_shape)
+        K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
+        return dx
+
+    # -- cost model ----------------------------------------------------------------------
+    def profile(self, shape: Shape):
+        n, ho, wo, _ = self.out_shape(shape)
+        macs = n * ho * wo * self.cout * self.kh * self.kw * (self.cin // self.groups)
+        saved = int(np.prod(shape)) if self.path != "im2col" else n * ho * wo * self.kh * self.kw * self.cin
+        return [self._record(shape, 2 * macs, 4 * macs, saved, matmul=True)]

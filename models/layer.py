@@ -1,0 +1,125 @@
+"""The layer protocol shared by every building block, and a sequential container.
+
+A layer is an object with ``forward(x, training) -> y`` and ``backward(dy) -> dx`` side by
+side. ``forward`` keeps what ``backward`` needs (each layer's docstring says what), and
+``backward`` *writes* ``param.grad`` for its parameters. Arrays are NHWC.
+
+Buffers are reused across steps: a layer writes its output (and its ``dx``) into arrays it
+owns, keyed by shape, so once warm a training step allocates nothing large. The price is
+that a returned array is valid only until the same layer runs again: copy what you keep.
+One forward may be in flight per layer: call ``backward`` before the next training forward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.param import Param
+from models.profile import LayerProfile
+
+Shape = tuple[int, ...]
+
+
+class Rng:
+    """A shared, replaceable holder for the generator that dropout and drop-connect draw from."""
+
+    def __init__(self, gen: np.random.Generator | None = None) -> None:
+        self.gen = gen if gen is not None else np.random.default_rng(0)
+
+
+class Layer:
+    """Base class: parameter/buffer listing, scratch buffers and profile plumbing.
+
+    name: the parameter prefix in the state_dict (``features.1.0.block.1.0``).
+    block: the named block it belongs to (``stem``, ``block1a``, ..., ``head``).
+    """
+
+    kind = "act"
+
+    def __init__(self, name: str, block: str, dtype=np.float32) -> None:
+        self.name = name
+        self.block = block
+        self.dtype = np.dtype(dtype)
+        self._scratch: dict[str, np.ndarray] = {}
+
+    # -- parameters and state ------------------------------------------------------------
+    def params(self) -> list[Param]:
+        return []
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _key(self, suffix: str) -> str:
+        return f"{self.name}.{suffix}" if self.name else suffix
+
+    def _buf(self, key: str, shape: Shape, dtype=None) -> np.ndarray:
+        """A scratch array owned by this layer, reallocated only when the shape changes."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        arr = self._scratch.get(key)
+        if arr is None or arr.shape != tuple(shape) or arr.dtype != dtype:
+            arr = np.empty(shape, dtype=dtype)
+            self._scratch[key] = arr
+        return arr
+
+    # -- computation ---------------------------------------------------------------------
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # -- cost model ----------------------------------------------------------------------
+    def out_shape(self, shape: Shape) -> Shape:
+        return shape
+
+    def profile(self, shape: Shape) -> list[LayerProfile]:
+        """Per-layer counts for an input of ``shape`` (batch first)."""
+        return []
+
+    def _record(self, shape: Shape, flops_fwd: int, flops_bwd: int, saved: int,
+                kind: str | None = None, matmul: bool = False) -> LayerProfile:
+        out = self.out_shape(shape)
+        return LayerProfile(
+            name=self.name, block=self.block, kind=kind or self.kind,
+            flops_fwd=int(flops_fwd), flops_bwd=int(flops_bwd),
+            params=int(sum(p.data.size for p in self.params())),
+            activation_elems=int(np.prod(out)), saved_elems=int(saved), matmul=matmul)
+
+
+class Sequential(Layer):
+    """Layers run one after another; backward runs them in reverse."""
+
+    def __init__(self, name: str, block: str, layers: list[Layer], dtype=np.float32) -> None:
+        super().__init__(name, block, dtype)
+        self.layers = layers
+
+    def params(self) -> list[Param]:
+        return [p for layer in self.layers for p in layer.params()]
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for layer in self.layers:
+            out.update(layer.buffers())
+        return out
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        for layer in self.layers:
+            x = layer.forward(x, training)
+        return x
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+        return dy
+
+    def out_shape(self, shape: Shape) -> Shape:
+        for layer in self.layers:
+            shape = layer.out_shape(shape)
+        return shape
+
+    def profile(self, shape: Shape) -> list[LayerProfile]:
+        out: list[LayerProfile] = []
+        for layer in self.layers:
+            out.extend(layer.profile(shape))
+            shape = layer.out_shape(shape)
+        return out

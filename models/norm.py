@@ -1,0 +1,154 @@
+"""Batch norm and group norm over NHWC channels, each with an optional fused activation.
+
+The activation is fused for speed (one pass over memory instead of two) but reported as a
+separate layer in the profile, and it has no parameters, so the state_dict layout is
+torchvision's ``Conv2dNormActivation``: ``<prefix>.weight``/``.bias`` (+ running stats).
+Both keep only their *input* for backward and recompute the normalised value from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models import _norm_kernels as K
+from models._jit import is_enabled
+from models.layer import Layer, Shape
+from models.param import Param
+
+ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
+_CHUNKS = 32  # row chunks for the parallel column reductions
+
+
+def _act_code(act: str | None, name: str) -> int:
+    if act not in ACTS:
+        raise ValueError(f"norm {name}: activation {act!r} is not one of {sorted(map(str, ACTS))}")
+    return ACTS[act]
+
+
+def _chunks(m: int) -> int:
+    return max(1, min(_CHUNKS, m)) if is_enabled() else 1
+
+
+class _Norm(Layer):
+    kind = "norm"
+
+    def __init__(self, name, block, channels, eps, act, dtype):
+        super().__init__(name, block, dtype)
+        if eps <= 0:
+            raise ValueError(f"norm {name}: epsilon must be > 0, got {eps}")
+        self.channels, self.eps, self.act = channels, float(eps), _act_code(act, name)
+        self.weight = Param(self._key("weight"), np.ones(channels, self.dtype), "norm_scale")
+        self.bias = Param(self._key("bias"), np.zeros(channels, self.dtype), "norm_offset")
+
+    def params(self) -> list[Param]:
+        return [self.weight, self.bias]
+
+    def _check(self, x):
+        if x.ndim != 4 or x.shape[3] != self.channels:
+            raise ValueError(f"norm {self.name}: expected NHWC input with {self.channels} channels, got {x.shape}")
+
+    def profile(self, shape: Shape):
+        e = int(np.prod(shape))
+        out = [self._record(shape, 8 * e, 12 * e, e)]
+        if self.act != K.NONE:
+            out.append(self._record(shape, 4 * e, 6 * e, 0, kind="act"))
+        return out
+
+
+class BatchNorm2d(_Norm):
+    """Batch norm (torch semantics: biased variance to normalise, unbiased in the running
+    variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
+
+    Keeps: the input x, and the per-channel mean, inverse std and scale.
+    """
+
+    def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
+                 act: str | None = None, dtype=np.float32) -> None:
+        super().__init__(name, block, channels, eps, act, dtype)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"batch norm {name}: momentum must be in [0, 1] (torch convention), got {momentum}")
+        self.momentum = float(momentum)
+        self.running_mean = np.zeros(channels, self.dtype)
+        self.running_var = np.ones(channels, self.dtype)
+        self.num_batches_tracked = np.zeros((), np.int64)
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        return {self._key("running_mean"): self.running_mean, self._key("running_var"): self.running_var,
+                self._key("num_batches_tracked"): self.num_batches_tracked}
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        self._check(x)
+        c = self.channels
+        x2 = x.reshape(-1, c)
+        m = x2.shape[0]
+        mean, var = self._buf("mean", (c,), np.float64), self._buf("var", (c,), np.float64)
+        if training:
+            if m < 2:
+                raise ValueError(f"batch norm {self.name}: training needs more than one value per channel, got {x.shape}")
+            K.column_moments(x2, mean, var, _chunks(m))
+            self.running_mean[...] = (1 - self.momentum) * self.running_mean + self.momentum * mean
+            self.running_var[...] = (1 - self.momentum) * self.running_var + self.momentum * var * (m / (m - 1))
+            self.num_batches_tracked += 1
+        else:
+            mean[...] = self.running_mean
+            var[...] = self.running_var
+        invstd = self._buf("invstd", (c,), np.float64)
+        invstd[...] = 1.0 / np.sqrt(var + self.eps)
+        self.mu, self.a = self._buf("mu", (c,)), self._buf("a", (c,))
+        self.mu[...] = mean
+        self.a[...] = self.weight.data * invstd
+        self.invstd, self.training, self.x = invstd, training, x
+        y = self._buf("y", x.shape)
+        K.affine_act(x2, self.mu, self.a, self.bias.data, y.reshape(-1, c), self.act)
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        c = self.channels
+        dx = self._buf("dx", self.x.shape)
+        dgamma, dbeta = self._buf("dgamma", (c,), np.float64), self._buf("dbeta", (c,), np.float64)
+        x2 = self.x.reshape(-1, c)
+        K.batch_norm_backward(x2, dy.reshape(-1, c), self.mu, self.a, self.bias.data, self.invstd,
+                              dx.reshape(-1, c), dgamma, dbeta, self.act, self.training, _chunks(x2.shape[0]))
+        self.weight.grad[...] = dgamma
+        self.bias.grad[...] = dbeta
+        return dx
+
+
+class GroupNorm(_Norm):
+    """Group norm over (H, W, C/groups) per image (torch semantics; groups=1 is layer norm
+    over H, W, C), then ``act``. Keeps: the input x and the per-image, per-group statistics.
+    """
+
+    def __init__(self, name: str, block: str, channels: int, groups: int, eps: float = 1e-3,
+                 act: str | None = None, dtype=np.float32) -> None:
+        super().__init__(name, block, channels, eps, act, dtype)
+        if groups < 1 or channels % groups:
+            raise ValueError(f"group norm {name}: groups={groups} must divide the {channels} channels")
+        self.groups = groups
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        self._check(x)
+        n, c, g = x.shape[0], self.channels, self.groups
+        x3 = x.reshape(n, -1, c)
+        mean, var = self._buf("mean", (n, g), np.float64), self._buf("var", (n, g), np.float64)
+        K.group_moments(x3, g, mean, var)
+        invstd = self._buf("invstd", (n, g), np.float64)
+        invstd[...] = 1.0 / np.sqrt(var + self.eps)
+        per_c = np.repeat(np.arange(g), c // g)
+        self.mu, self.a = self._buf("mu", (n, c)), self._buf("a", (n, c))
+        self.mu[...] = mean[:, per_c]
+        self.a[...] = invstd[:, per_c] * self.weight.data
+        self.invstd, self.x = invstd, x
+        y = self._buf("y", x.shape)
+        K.group_affine_act(x3, self.mu, self.a, self.bias.data, y.reshape(n, -1, c), self.act)
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        n, c = self.x.shape[0], self.channels
+        dx = self._buf("dx", self.x.shape)
+        dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
+        K.group_norm_backward(self.x.reshape(n, -1, c), dy.reshape(n, -1, c), self.mu, self.a, self.bias.data,
+                              self.invstd, self.weight.data, dx.reshape(n, -1, c), dg, db, self.act)
+        self.weight.grad[...] = dg.sum(axis=0)
+        self.bias.grad[...] = db.sum(axis=0)
+        return dx
