@@ -1,0 +1,174 @@
+"""Splitting a replica into pipeline stages, and what each stage stashes between its passes.
+
+Stages are contiguous runs of named blocks (``stem``, ``block1a`` ... ``block7b``, ``head``), one
+stage per IPU. ``pipeline_splits`` name the first block of each new stage, as in Graphcore's
+configs (``pipeline_splits: [block4a]`` gives stage 0 = stem..block3*, stage 1 = block4a..head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ipu.schedule import Schedule, build_schedule
+from models.profile import LayerProfile
+
+
+@dataclass(frozen=True)
+class StageSplit:
+    """Which blocks, and so which layers, run on each stage."""
+
+    blocks: tuple[tuple[str, ...], ...]  # blocks[stage], in execution order
+    layer_stage: tuple[int, ...]  # stage of each profile layer, in profile order
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The first block of every stage after the first (the ``pipeline_splits`` spelling)."""
+        return tuple(stage[0] for stage in self.blocks[1:])
+
+    def layers(self, profile: Sequence[LayerProfile], stage: int) -> list[LayerProfile]:
+        return [layer for layer, s in zip(profile, self.layer_stage) if s == stage]
+
+
+def block_order(profile: Sequence[LayerProfile]) -> list[str]:
+    """The model's block names in execution order (each block's layers must be contiguous)."""
+    order: list[str] = []
+    for layer in profile:
+        if not order or order[-1] != layer.block:
+            if layer.block in order:
+                raise ValueError(f"block {layer.block!r} is not contiguous in the profile (layer {layer.name})")
+            order.append(layer.block)
+    return order
+
+
+def split_at(profile: Sequence[LayerProfile], splits: Sequence[str]) -> StageSplit:
+    """Stages that start at the named blocks (``[]`` gives a single stage)."""
+    order = block_order(profile)
+    index = {name: i for i, name in enumerate(order)}
+    unknown = [name for name in splits if name not in index]
+    if unknown:
+        raise ValueError(
+            f"pipeline split {unknown[0]!r} is not a block of this model: choose from {', '.join(order[1:])}"
+        )
+    cuts = [index[name] for name in splits]
+    if cuts != sorted(set(cuts)) or (cuts and cuts[0] == 0):
+        raise ValueError(
+            f"pipeline splits {list(splits)} must be distinct, in model order and after {order[0]!r}"
+        )
+    return _split_from_cuts(profile, order, cuts)
+
+
+def split_balanced(profile: Sequence[LayerProfile], num_stages: int, by: str = "flops") -> StageSplit:
+    """Contiguous stages minimising the largest stage's FLOPs (``by="flops"``) or memory (``"memory"``)."""
+    order = block_order(profile)
+    if not 1 <= num_stages <= len(order):
+        raise ValueError(f"cannot split {len(order)} blocks into {num_stages} stages")
+    weights = _block_weights(profile, order, by)
+    cuts = _min_max_partition(weights, num_stages)
+    return _split_from_cuts(profile, order, cuts)
+
+
+def check_gradient_accumulation(gradient_accumulation: int, num_stages: int) -> None:
+    """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (ref §8)."""
+    if num_stages > 1 and gradient_accumulation < 2 * num_stages:
+        raise ValueError(
+            f"gradient accumulation {gradient_accumulation} is too small for a {num_stages}-stage "
+            f"pipeline: it must be at least 2 x stages = {2 * num_stages}; raise "
+            f"--gradient-accumulation or use fewer --ipus-per-replica"
+        )
+
+
+def stashed_elems(
+    profile: Sequence[LayerProfile], split: StageSplit, schedule: Schedule, input_elems: int
+) -> list[dict[str, int]]:
+    """Activation elements each stage keeps alive at its peak, by tensor name.
+
+    Without recomputation a stage stashes every layer's ``saved_elems`` for each micro-batch in
+    flight. With it (``schedule.recompute``) a stage stashes only its input per micro-batch in
+    flight, and holds one micro-batch's saved activations while it recomputes and backpropagates
+    (the last stage does not recompute: its backward follows its forward). ``input_elems`` is
+    the size of stage 0's input (the image micro-batch).
+    """
+    out = []
+    for s in range(split.num_stages):
+        layers = split.layers(profile, s)
+        in_flight = schedule.max_in_flight(s)
+        if schedule.recompute and s < split.num_stages - 1:
+            stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
+            tensors = {f"stage input x{in_flight}": in_flight * stage_input}
+            tensors.update(_saved_by_block(layers, copies=1, suffix=" (recomputed)"))
+        else:
+            tensors = _saved_by_block(layers, copies=in_flight, suffix=f" x{in_flight}")
+        out.append(tensors)
+    return out
+
+
+def _saved_by_block(layers: Sequence[LayerProfile], copies: int, suffix: str) -> dict[str, int]:
+    by_block: dict[str, int] = {}
+    for layer in layers:
+        key = f"activations {layer.block}{suffix}"
+        by_block[key] = by_block.get(key, 0) + copies * layer.saved_elems
+    return by_block
+
+
+def _split_from_cuts(profile: Sequence[LayerProfile], order: list[str], cuts: Sequence[int]) -> StageSplit:
+    bounds = [0, *cuts, len(order)]
+    blocks = tuple(tuple(order[a:b]) for a, b in zip(bounds, bounds[1:]))
+    stage_of = {name: s for s, stage in enumerate(blocks) for name in stage}
+    return StageSplit(blocks, tuple(stage_of[layer.block] for layer in profile))
+
+
+def _block_weights(profile: Sequence[LayerProfile], order: list[str], by: str) -> list[float]:
+    if by not in ("flops", "memory"):
+        raise ValueError(f"balance by 'flops' or 'memory', not {by!r}")
+    weight = dict.fromkeys(order, 0.0)
+    for layer in profile:
+        if by == "flops":
+            weight[layer.block] += layer.flops_fwd + layer.flops_bwd
+        else:
+            weight[layer.block] += layer.params + layer.saved_elems
+    return [weight[name] for name in order]
+
+
+def _min_max_partition(weights: Sequence[float], parts: int) -> list[int]:
+    """Cut points splitting ``weights`` into ``parts`` contiguous runs with the smallest maximum sum."""
+    n = len(weights)
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]  # best[k][i]: first i blocks in k parts
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i]:
+                    best[k][i], cut[k][i] = cost, j
+    cuts, i = [], n
+    for k in range(parts, 0, -1):
+        i = cut[k][i]
+        cuts.append(i)
+    return sorted(cuts)[1:]  # drop the leading 0
+
+
+def split_stages(profile: Sequence[LayerProfile], num_stages: int, splits: Sequence[str] = ()) -> StageSplit:
+    """The named ``splits`` if given, else ``num_stages`` stages balanced by FLOPs."""
+    if splits:
+        split = split_at(profile, splits)
+        if split.num_stages != num_stages:
+            raise ValueError(f"{len(splits)} pipeline splits make {split.num_stages} stages, not {num_stages}")
+        return split
+    return split_balanced(profile, num_stages, by="flops")
+
+
+def replica_schedule(kind: str, num_stages: int, gradient_accumulation: int, recompute: bool) -> Schedule:
+    """The schedule one replica runs per weight update; a single stage runs sequentially."""
+    if num_stages == 1:
+        return build_schedule("sequential", 1, gradient_accumulation, recompute=False)
+    return build_schedule(kind, num_stages, gradient_accumulation, recompute)

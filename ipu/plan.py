@@ -1,0 +1,159 @@
+"""An IPU execution plan: how one training configuration maps onto a POD, plus named presets.
+
+The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
+(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ipu.pipeline import check_gradient_accumulation
+from ipu.precision import get_precision
+from ipu.schedule import SCHEDULES
+from ipu.specs import PodSpec, get_pod
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
+OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
+
+
+@dataclass(frozen=True)
+class IpuPlan:
+    """Everything the memory and cost models need about one run (no training state)."""
+
+    model: str = "efficientnet-b4"
+    model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
+    image_size: int = 380
+    num_classes: int = 1000
+    micro_batch: int = 3
+    gradient_accumulation: int = 1
+    replicas: int = 1
+    ipus_per_replica: int = 1
+    pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
+    schedule: str = "grouped"
+    precision: str = "16.16"
+    recompute: bool = False
+    available_memory_proportion: float = 0.6  # Poplar's usual default (ref §7, unverified)
+    num_io_tiles: int = 0
+    prefetch_depth: int = 3
+    eight_bit_io: bool = True
+    optimizer: str = "lars"
+    system: str = "POD16"
+    chip: str = "mk2"
+    num_hosts: int = 1
+    device_iterations: int = 1
+    dataset_images: int = IMAGENET_TRAIN_IMAGES
+    epochs: float = 350.0
+
+    def __post_init__(self) -> None:
+        get_precision(self.precision)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}: choose one of {', '.join(SCHEDULES)}")
+        if self.optimizer not in OPTIMIZER_STATE_SLOTS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZER_STATE_SLOTS)}")
+        if not 0.0 < self.available_memory_proportion <= 1.0:
+            raise ValueError(
+                f"available_memory_proportion must be in (0, 1], got {self.available_memory_proportion} "
+                f"(a reasonable range is [0.05, 0.6])"
+            )
+        for name in ("micro_batch", "gradient_accumulation", "replicas", "ipus_per_replica", "device_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        _check_power_of_two("replicas", self.replicas)
+        _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
+        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
+            raise ValueError(
+                f"{len(self.pipeline_splits)} pipeline splits make {len(self.pipeline_splits) + 1} stages but "
+                f"ipus_per_replica is {self.ipus_per_replica}: give ipus_per_replica - 1 splits"
+            )
+        check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
+        pod = self.pod
+        if self.total_ipus > pod.num_ipus:
+            raise ValueError(
+                f"{self.replicas} replicas x {self.ipus_per_replica} IPUs = {self.total_ipus} IPUs do not "
+                f"fit {pod.name} ({pod.num_ipus} IPUs): use a larger system or fewer replicas"
+            )
+        pod.host_bytes_per_s(self.num_hosts)  # validates num_hosts
+
+    @property
+    def pod(self) -> PodSpec:
+        return get_pod(self.system, self.chip)
+
+    @property
+    def total_ipus(self) -> int:
+        return self.replicas * self.ipus_per_replica
+
+    @property
+    def global_batch(self) -> int:
+        """Images per weight update: micro-batch x GA x replicas (ref §10.1)."""
+        return self.micro_batch * self.gradient_accumulation * self.replicas
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return self.dataset_images // self.global_batch
+
+    @property
+    def overrides(self) -> dict[str, object]:
+        return dict(self.model_overrides)
+
+
+def _check_power_of_two(name: str, value: int) -> None:
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
+
+
+# G16 EfficientNet-B4 with LARS, 2 IPUs per replica split at block4a, 16.16 with stochastic
+# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (ref §1.2).
+G16_B4 = IpuPlan(
+    model="efficientnet-b4",
+    model_overrides=(("group_dim", 16), ("expand_ratio", 4)),
+    image_size=380,
+    micro_batch=3,
+    ipus_per_replica=2,
+    pipeline_splits=("block4a",),
+    gradient_accumulation=256,
+    replicas=8,
+    schedule="grouped",
+    precision="16.16",
+    recompute=True,
+    available_memory_proportion=0.4,
+    num_io_tiles=32,
+    prefetch_depth=3,
+    eight_bit_io=True,
+    optimizer="lars",
+)
+
+# Per-POD replicas and GA keep the global batch at 6144 (ref §1.3); hosts as documented (POD16 1,
+# POD64 4) or the most the system takes (POD128 8 as in the PopRun example, POD256 16).
+PRESETS: dict[str, IpuPlan] = {
+    "g16-b4-pod4": replace(G16_B4, system="POD4", replicas=2, gradient_accumulation=160),
+    "g16-b4-pod16": replace(G16_B4, system="POD16", replicas=8, gradient_accumulation=256),
+    "g16-b4-pod64": replace(G16_B4, system="POD64", replicas=32, gradient_accumulation=64, num_hosts=4),
+    "g16-b4-pod128": replace(G16_B4, system="POD128", replicas=64, gradient_accumulation=32, num_hosts=8),
+    "g16-b4-pod256": replace(G16_B4, system="POD256", replicas=128, gradient_accumulation=16, num_hosts=16),
+    # The G1 (depthwise) baseline: 4 IPUs per replica, micro-batch 3, GA 64, 4 replicas = 768,
+    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (ref §1.2, §2, §10.9).
+    "g1-b4-4ipu": IpuPlan(
+        model="efficientnet-b4",
+        model_overrides=(("group_dim", 1), ("expand_ratio", 6)),
+        image_size=380,
+        micro_batch=3,
+        ipus_per_replica=4,
+        pipeline_splits=("block2b", "block4b", "block6c"),
+        gradient_accumulation=64,
+        replicas=4,
+        schedule="grouped",
+        precision="16.32",
+        recompute=True,
+        available_memory_proportion=0.15,
+        num_io_tiles=0,
+        optimizer="rmsprop",
+        system="POD16",
+    ),
+}
+
+
+def get_preset(name: str) -> IpuPlan:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]

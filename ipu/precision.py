@@ -1,0 +1,127 @@
+"""Precision modes (32.32, 16.32, 16.16) and stochastic rounding to float16.
+
+Graphcore's CNN configs name precision ``compute.weights``: ``16.32`` computes in float16 and
+keeps float32 master weights; ``16.16`` keeps everything in float16, so the weight update itself
+is rounded to float16, stochastically when stochastic rounding is on (the default for the G16
+recipe, ref §1.5 and §10.6). The emulator computes in float32 on the CPU; these helpers apply the
+storage rounding a real IPU would apply. Loss scaling (static 128 or dynamic) lives with the
+optimizers in ``models/loss_scaling.py``; ``LOSS_SCALE`` below is the recipe's static value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+FP16_MAX = 65504.0
+LOSS_SCALE = 128.0  # ref §1.2: Graphcore CNN default --loss-scaling 128 (static)
+FP16_MIN_NORMAL_EXP = -14  # smallest normal float16 is 2**-14
+FP16_MANTISSA_BITS = 10
+
+
+@dataclass(frozen=True)
+class PrecisionMode:
+    """Storage widths (bytes) of one precision mode."""
+
+    name: str
+    activation_bytes: int  # activations, partials and stashes
+    weight_bytes: int  # the weights the optimizer updates
+    optimizer_bytes: int  # optimizer state (momentum) per parameter element
+    accumulator_bytes: int  # gradient accumulation buffers
+    stochastic_update: bool  # the weight update is stored to float16 with stochastic rounding
+
+    @property
+    def half_compute(self) -> bool:
+        return self.activation_bytes == 2
+
+
+PRECISIONS: dict[str, PrecisionMode] = {
+    "32.32": PrecisionMode("32.32", 4, 4, 4, 4, stochastic_update=False),
+    "16.32": PrecisionMode("16.32", 2, 4, 4, 4, stochastic_update=False),
+    "16.16": PrecisionMode("16.16", 2, 2, 2, 2, stochastic_update=True),
+}
+
+
+def get_precision(name: str) -> PrecisionMode:
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)} (for example --precision 16.16)")
+    return PRECISIONS[name]
+
+
+@numba.njit(cache=True, inline="always")
+def _splitmix64(state: np.uint64) -> np.uint64:
+    z = state + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray) -> None:
+    """Round each float32 of ``x`` (flat) to a float16-representable value, stochastically.
+
+    For |x| between neighbours lo and lo + ulp, round up with probability (|x| - lo) / ulp, so
+    the expected result equals x. The uniform draw of element i is splitmix64(seed + i): the
+    same seed gives the same rounding whatever the array is split into.
+    """
+    for i in range(x.size):
+        v = np.float64(x[i])
+        a = abs(v)
+        if not math.isfinite(v) or a == 0.0:
+            out[i] = v
+            continue
+        exp = max(math.frexp(a)[1] - 1, FP16_MIN_NORMAL_EXP)  # a in [2**exp, 2**(exp+1))
+        ulp = math.ldexp(1.0, exp - FP16_MANTISSA_BITS)
+        lo = math.floor(a / ulp) * ulp
+        bits = _splitmix64(seed + np.uint64(i)) >> np.uint64(11)
+        u = bits * (1.0 / 9007199254740992.0)  # 53 random bits -> [0, 1)
+        r = lo + ulp if u < (a - lo) / ulp else lo
+        if r > FP16_MAX:
+            r = math.inf  # float16 overflow (Graphcore's nanoo mode gives inf, not saturation)
+        out[i] = math.copysign(r, v)
+
+
+def stochastic_round_to_fp16(
+    x: np.ndarray, rng_or_seed: np.random.Generator | int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``x`` stochastically rounded to float16, written into ``out`` (float16, same shape).
+
+    Each value becomes one of its two neighbouring float16 values, the nearer one more likely,
+    in proportion to proximity: the rounding is unbiased. ``rng_or_seed`` is a numpy Generator
+    (one 63-bit draw is taken from it) or an int seed.
+    """
+    if isinstance(rng_or_seed, np.random.Generator):
+        seed = int(rng_or_seed.integers(0, 2**63))
+    else:
+        seed = int(rng_or_seed) % 2**64
+    if out is None:
+        out = np.empty(x.shape, dtype=np.float16)
+    if out.dtype != np.float16 or out.shape != x.shape:
+        raise ValueError(f"out must be float16 with shape {x.shape}, got {out.dtype} {out.shape}")
+    exact = np.empty(x.size, dtype=np.float32)  # every value is float16-representable
+    _sr_kernel(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), np.uint64(seed), exact)
+    out[...] = exact.reshape(x.shape)
+    return out
+
+
+def store_weights(w32: np.ndarray, mode: PrecisionMode) -> np.ndarray:
+    """The weights as the IPU would store them at start: float16 (nearest) for 16.16, else float32."""
+    return w32.astype(np.float16 if mode.weight_bytes == 2 else np.float32)
+
+
+def apply_update(
+    w: np.ndarray, delta: np.ndarray, mode: PrecisionMode, rng_or_seed: np.random.Generator | int
+) -> np.ndarray:
+    """``w + delta`` stored in the mode's weight width, in place, and returned.
+
+    With 16.16 the sum is formed in float32 and stochastically rounded back to float16, so that
+    updates smaller than half a float16 ulp still move the weight on average.
+    """
+    total = w.astype(np.float32) + delta.astype(np.float32)
+    if mode.stochastic_update:
+        return stochastic_round_to_fp16(total, rng_or_seed, out=w)
+    w[...] = total
+    return w
