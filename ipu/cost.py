@@ -57,6 +57,7 @@ class Prediction:
     plan: IpuPlan
     breakdown: dict[str, float]
     stage_seconds: tuple[float, ...]  # one micro-batch's FWD+RECOMP+BWD on each stage
+    stage_costs: tuple[dict[str, float], ...]  # per stage: seconds of "FWD", "RECOMP", "BWD"
     host_io_total_s: float  # all host IO of the update, hidden or not
     io_overlapped: bool
     flops_per_image: float
@@ -105,7 +106,7 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
     if plan.recompute and split.num_stages > 1:
         flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage) if s < split.num_stages - 1) / plan.micro_batch
-    return Prediction(plan, breakdown, tuple(per_mb), io_total, overlapped, flops)
+    return Prediction(plan, breakdown, tuple(per_mb), tuple(stage_costs), io_total, overlapped, flops)
 
 
 def layer_seconds(layer: LayerProfile, spec: IpuSpec, compute_tiles: int, half: bool, amp: float) -> tuple[float, float, float, float]:

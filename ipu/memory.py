@@ -123,11 +123,11 @@ def check_fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
 
 def out_of_memory_message(ipu: IpuMemory, plan: IpuPlan) -> str:
     """Poplar's wording, plus how much is over, the largest consumers and what to change."""
-    consumers = ", ".join(f"{name} {_fmt(b)}" for name, b in ipu.consumers[:CONSUMERS_SHOWN])
+    consumers = ", ".join(f"{name} {format_bytes(b)}" for name, b in ipu.consumers[:CONSUMERS_SHOWN])
     return (
-        f"Out of memory on tile {ipu.worst_tile} of IPU {ipu.ipu}: {_fmt(ipu.peak_tile_bytes)} required, "
-        f"{_fmt(ipu.memory_per_tile)} available ({_fmt(ipu.peak_tile_bytes - ipu.memory_per_tile)} over; "
-        f"{ipu.tiles_over} of {len(ipu.tile_bytes)} compute tiles over by {_fmt(ipu.bytes_over)} in total). "
+        f"Out of memory on tile {ipu.worst_tile} of IPU {ipu.ipu}: {format_bytes(ipu.peak_tile_bytes)} required, "
+        f"{format_bytes(ipu.memory_per_tile)} available ({format_bytes(ipu.peak_tile_bytes - ipu.memory_per_tile)} over; "
+        f"{ipu.tiles_over} of {len(ipu.tile_bytes)} compute tiles over by {format_bytes(ipu.bytes_over)} in total). "
         f"poplar::graph_memory_allocation_error: Cannot fit all variable data onto one or more tiles. "
         f"Largest consumers on IPU {ipu.ipu}: {consumers}. To fit, try: {'; '.join(_remedies(plan))}"
     )
@@ -219,7 +219,7 @@ def _spread(tiles: np.ndarray, nbytes: int, cursor: int) -> int:
     return end % count
 
 
-def _fmt(nbytes: float) -> str:
+def format_bytes(nbytes: float) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(nbytes) >= size:
             return f"{nbytes / size:.1f} {unit}"

@@ -87,7 +87,7 @@ def plot_timeline(
     for b in bars:
         width = (b.end_s - b.start_s) * scale
         ax.barh(b.ipu, width, left=b.start_s * scale, color=KIND_COLOURS[b.kind], edgecolor="white")
-        if schedule.num_slots <= 40:
+        if schedule.num_slots <= 12:
             ax.text((b.start_s * scale) + width / 2, b.ipu, b.label, ha="center", va="center", fontsize=6)
     ax.set_yticks(range(schedule.num_stages), [f"IPU{s}" for s in range(schedule.num_stages)])
     ax.invert_yaxis()

@@ -1,0 +1,3 @@
+from ipu.cli import main
+
+raise SystemExit(main())
