@@ -1,0 +1,327 @@
+"""The per-instance agent: what each MPI rank runs in launcher mode.
+
+It turns its rank into an instance (environment, CPU placement, log files), starts the user's
+program as a child in its own session, relays the child's output and progress to the launcher as
+wire records, forwards signals, stops the whole child tree on request, and reports how the child
+ended (exit code or signal, traceback, last stderr lines). It never initialises MPI itself, so
+the child can.
+
+Usage (built by the launcher): ``python -m poprun_py.agent SPEC_JSON -- program [args...]``
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from poprun_py import env as envc
+from poprun_py import wire
+from poprun_py.bootstrap import wrap_python
+from poprun_py.config import LaunchConfig
+from poprun_py.lines import FRAME, LINE, LineSplitter
+from poprun_py.placement import numa_nodes, spread_cpus, thread_env
+from poprun_py.processes import (
+    become_subreaper,
+    child_preexec,
+    descendants,
+    kill_all_descendants,
+    set_parent_death_signal,
+    signal_tree,
+)
+from poprun_py.topology import InstanceInfo, assign_instances
+
+STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
+PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
+TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """What the launcher tells every agent (sent as JSON on the agent's command line)."""
+
+    config: LaunchConfig
+    run_id: str
+    restart_count: int = 0
+    log_dir: str | None = None
+
+    def to_json(self) -> str:
+        from dataclasses import asdict
+
+        return json.dumps(
+            {"config": asdict(self.config), "run_id": self.run_id, "restart_count": self.restart_count,
+             "log_dir": self.log_dir}
+        )
+
+    @staticmethod
+    def from_json(text: str) -> "AgentSpec":
+        raw = json.loads(text)
+        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
+        return AgentSpec(LaunchConfig(**cfg), raw["run_id"], raw["restart_count"], raw["log_dir"])
+
+
+def attempt_dir(log_dir: str, restart_count: int, instance: int) -> str:
+    return os.path.join(log_dir, f"attempt_{restart_count}", f"instance_{instance}")
+
+
+@dataclass
+class _State:
+    stop_requests: int = 0
+    stop_signal: int = signal.SIGTERM
+    forward: list[int] = field(default_factory=list)
+
+
+class Agent:
+    def __init__(self, spec: AgentSpec, info: InstanceInfo, program: list[str]) -> None:
+        self.spec = spec
+        self.info = info
+        self.program = program
+        self._out_lock = threading.Lock()
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._state = _State()
+        self._progress = {"what": "", "n": 0, "dirty": False, "sent": 0.0}
+        self._progress_lock = threading.Lock()
+        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_i{info.index}_")
+        self._logs: dict[str, object] = {}
+
+    # -- output to the launcher ---------------------------------------------------------------
+    def send(self, kind: str, **fields) -> None:
+        data = wire.encode(kind, i=self.info.index, **fields)
+        with self._out_lock:
+            while data:  # a record is one write unless the pipe takes it in parts
+                data = data[os.write(1, data) :]
+
+    # -- child setup ---------------------------------------------------------------------------
+    def _child_env(self, progress_fd: int, error_file: str, cpus: list[int]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            envc.instance_env(
+                self.info,
+                run_id=self.spec.run_id,
+                restart_count=self.spec.restart_count,
+                executable_cache_path=self.spec.config.executable_cache_path,
+            )
+        )
+        env.update(thread_env(len(cpus), env))
+        env[envc.PROGRESS_FD] = str(progress_fd)
+        env[envc.ERROR_FILE] = error_file
+        env[envc.UNDER_AGENT] = "1"
+        return env
+
+    def _place(self) -> list[int]:
+        allowed = os.sched_getaffinity(0)
+        if self.spec.config.process_placement == "disabled":
+            return sorted(allowed)
+        local_count = self.info.num_instances // len(self.spec.config.hosts)
+        cpus = spread_cpus(numa_nodes(), allowed, self.info.local_index, local_count)
+        os.sched_setaffinity(0, cpus)  # inherited by the child
+        return cpus
+
+    def _open_logs(self) -> None:
+        if not self.spec.log_dir:
+            return
+        folder = attempt_dir(self.spec.log_dir, self.spec.restart_count, self.info.index)
+        os.makedirs(folder, exist_ok=True)
+        for stream in ("stdout", "stderr"):
+            self._logs[stream] = open(os.path.join(folder, f"{stream}.log"), "ab", buffering=0)
+
+    # -- relaying ------------------------------------------------------------------------------
+    def _relay(self, fd: int, stream: str) -> None:
+        splitter = LineSplitter()
+        log = self._logs.get("stdout" if stream == "out" else "stderr")
+        while True:
+            ready, _, _ = select.select([fd], [], [], STALE_PARTIAL_S)
+            if not ready:
+                self._emit(stream, splitter.stale())
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            if log is not None:
+                log.write(chunk)
+            self._emit(stream, splitter.feed(chunk))
+        self._emit(stream, splitter.close())
+        os.close(fd)
+
+    def _emit(self, stream: str, pieces: list[tuple[str, str]]) -> None:
+        for kind, text in pieces:
+            if stream == "err" and kind == LINE:
+                self._tail.append(text)
+            self.send(wire.OUT, s=stream, k=kind, x=text)
+
+    def _read_progress(self, fd: int) -> None:
+        buf = b""
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            if lines:
+                with self._progress_lock:
+                    self._progress["what"] = lines[-1].decode(errors="replace")[:200]
+                    self._progress["n"] += len(lines)
+                    self._progress["dirty"] = True
+                self._flush_progress()
+        os.close(fd)
+
+    def _flush_progress(self, force: bool = False) -> None:
+        with self._progress_lock:
+            p = self._progress
+            now = time.monotonic()
+            if not p["dirty"] or (not force and now - p["sent"] < PROGRESS_EVERY_S):
+                return
+            p["dirty"], p["sent"] = False, now
+            what, n = p["what"], p["n"]
+        self.send(wire.PROGRESS, what=what, n=n)
+
+    # -- signals -------------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        def stop(signum, _frame):
+            self._state.stop_requests += 1
+            self._state.stop_signal = signum
+
+        def forward(signum, _frame):
+            self._state.forward.append(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, stop)
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, forward)
+
+    # -- main ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        self._install_signals()
+        set_parent_death_signal(signal.SIGTERM)
+        become_subreaper()
+        cpus = self._place()
+        self._open_logs()
+        progress_r, progress_w = os.pipe()
+        error_file = os.path.join(self._tmpdir, "error.json")
+        started = time.monotonic()
+        try:
+            child = subprocess.Popen(
+                wrap_python(self.program),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._child_env(progress_w, error_file, cpus),
+                pass_fds=_mpi_fds() + [progress_w],
+                start_new_session=True,
+                preexec_fn=child_preexec(signal.SIGKILL),
+            )
+        except OSError as err:
+            os.close(progress_w)
+            self.send(wire.START, pid=None, host=socket.gethostname(), cpus=cpus)
+            msg = f"cannot start {self.program[0]!r}: {err.strerror}"
+            self.send(wire.EXIT, code=127, signal=None, duration=0.0, stopped=False,
+                      error={"type": "OSError", "message": msg, "traceback": ""}, tail=[msg])
+            return 127
+        os.close(progress_w)
+        self.send(wire.START, pid=child.pid, host=socket.gethostname(), cpus=cpus)
+        readers = [
+            threading.Thread(target=self._relay, args=(child.stdout.fileno(), "out"), daemon=True),
+            threading.Thread(target=self._relay, args=(child.stderr.fileno(), "err"), daemon=True),
+            threading.Thread(target=self._read_progress, args=(progress_r,), daemon=True),
+        ]
+        for t in readers:
+            t.start()
+        stopped = self._supervise(child)
+        duration = time.monotonic() - started
+        kill_all_descendants()  # grandchildren left behind would hold the pipes open
+        for t in readers:
+            t.join(timeout=2.0)
+        self._flush_progress(force=True)
+        code, sig = (None, -child.returncode) if child.returncode < 0 else (child.returncode, None)
+        self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
+                  error=_read_error_file(error_file), tail=list(self._tail))
+        return 128 + sig if sig else code
+
+    def _supervise(self, child: subprocess.Popen) -> bool:
+        """Wait for the child, acting on stop and forward requests. True if we stopped it."""
+        state = self._state
+        handled = 0
+        kill_at = None
+        while True:
+            try:
+                child.wait(timeout=0.1)
+                return handled > 0
+            except subprocess.TimeoutExpired:
+                pass
+            while state.forward:
+                signal_tree(child.pid, [], state.forward.pop(0))
+            if state.stop_requests > handled:
+                handled = state.stop_requests
+                if handled == 1:
+                    first = signal.SIGINT if state.stop_signal == signal.SIGINT else signal.SIGTERM
+                    signal_tree(child.pid, descendants(), first)
+                    kill_at = time.monotonic() + self.spec.config.grace_period
+                else:
+                    kill_at = time.monotonic()  # a second request: no more grace
+            if kill_at is not None and time.monotonic() >= kill_at:
+                signal_tree(child.pid, descendants(), signal.SIGKILL)
+                kill_at = time.monotonic() + 1.0
+            self._flush_progress()
+
+
+def _mpi_fds() -> list[int]:
+    """File descriptors the MPI launcher handed this rank (PMI), which the child must inherit."""
+    fds = []
+    for name in ("PMI_FD", "PMI_PORT_FD"):
+        raw = os.environ.get(name, "")
+        if raw.isdigit():
+            fds.append(int(raw))
+    return fds
+
+
+def _read_error_file(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m poprun_py.agent SPEC_JSON -- program [args...] (started by poprun_py)",
+              file=sys.stderr)
+        return 2
+    spec = AgentSpec.from_json(argv[0])
+    rank = envc.detect_rank(os.environ)
+    rank_index = rank.rank if rank else 0
+    size = rank.size if rank else 1
+    if size != spec.config.num_instances:
+        print(f"poprun_py agent: the MPI launcher started {size} ranks but the job has "
+              f"{spec.config.num_instances} instances; start jobs through poprun_py", file=sys.stderr)
+        return 2
+    info = assign_instances(spec.config)[rank_index]
+    agent = Agent(spec, info, argv[2:])
+    try:
+        return agent.run()
+    finally:
+        kill_all_descendants()
+        psutil.Process().children()  # reap
+        _cleanup(agent._tmpdir)
+
+
+def _cleanup(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

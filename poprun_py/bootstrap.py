@@ -1,0 +1,138 @@
+"""Running a Python program so that one instance's failure cannot hang the others.
+
+``python -m poprun_py.bootstrap script.py args`` (or ``-m module args``) runs the program with:
+faulthandler on (native crashes print a Python traceback); an uncaught exception or a non-zero
+``sys.exit`` written to the error file the agent reads (type, message, traceback) and then a hard
+exit, so that MPI's finalisation cannot deadlock against peers blocked in a collective; and, when
+there is no agent above it (``mpirun -n 4 poprun_py train.py``), ``MPI_Abort`` so that the MPI
+launcher stops the other ranks. This is what ``python -m mpi4py`` does, plus the error report.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import re
+import runpy
+import sys
+import time
+import traceback
+
+from poprun_py import env as envc
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NO_ARG_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-S", "-E", "-I", "-b", "-bb", "-q", "-R", "-P"}
+
+
+def wrap_python(program: list[str], python: str = sys.executable) -> list[str]:
+    """Route a Python program through this module; leave anything else untouched.
+
+    ``script.py args`` runs with this interpreter. ``python [flags] script.py`` and
+    ``python [flags] -m module`` are wrapped when ``python`` is this interpreter: a bare name
+    (``python``, ``python3``, ``python3.11`` of this version) or a path in this interpreter's
+    directory. A path to another interpreter is left alone.
+    """
+    if not program:
+        return program
+    head = program[0]
+    if head.endswith(".py") and not _PYTHON_NAME.match(os.path.basename(head)):
+        return [python, "-m", "poprun_py.bootstrap", *program]
+    if not _PYTHON_NAME.match(os.path.basename(head)) or not _same_interpreter(head, python):
+        return program
+    flags = []
+    rest = program[1:]
+    while rest and rest[0] in _NO_ARG_FLAGS:
+        flags.append(rest.pop(0))
+    if rest and (rest[0] == "-m" and len(rest) > 1 or rest[0].endswith(".py")):
+        return [python, *flags, "-m", "poprun_py.bootstrap", *rest]
+    return program
+
+
+def _same_interpreter(head: str, python: str) -> bool:
+    if os.sep not in head:
+        version = head[len("python"):]
+        this = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return version in ("", str(sys.version_info.major), this)
+    return os.path.dirname(os.path.abspath(head)) == os.path.dirname(os.path.abspath(python))
+
+
+def _write_error(kind: str, message: str, tb: str) -> None:
+    path = os.environ.get(envc.ERROR_FILE)
+    if not path:
+        return
+    record = {"type": kind, "message": message, "traceback": tb, "time": time.time()}
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _finish(code: int) -> None:
+    """Leave now, without running MPI finalisation that could wait forever for peers."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if os.environ.get(envc.UNDER_AGENT) != "1":
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+            mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+def run(target: list[str], *, as_module: bool) -> None:
+    """Run a script or module as ``__main__`` under the failure hooks; never returns on failure."""
+    faulthandler.enable()
+    name = target[0]
+    sys.argv = list(target)
+    try:
+        if as_module:
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(name)))
+            runpy.run_path(name, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or code == 0:
+            raise
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        _write_error("SystemExit", f"sys.exit({exc.code!r})", "")
+        _finish(code)
+    except BaseException as exc:  # noqa: BLE001 - report everything, then leave hard
+        tb = _user_traceback(exc)
+        sys.stderr.write(tb)
+        _write_error(type(exc).__name__, str(exc), tb)
+        _finish(130 if isinstance(exc, KeyboardInterrupt) else 1)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback without this module's and runpy's frames."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args or (args[0] == "-m" and len(args) < 2):
+        print("usage: python -m poprun_py.bootstrap (script.py | -m module) [args...]", file=sys.stderr)
+        sys.exit(2)
+    if args[0] == "-m":
+        run(args[1:], as_module=True)
+    else:
+        if not os.path.exists(args[0]):
+            print(f"poprun_py: program {args[0]!r} not found", file=sys.stderr)
+            sys.exit(127)
+        run(args, as_module=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""``poprun_py``: parse the command line once, then launch a job or run as one instance.
+
+Launcher mode: ``poprun_py [options] [--] program [args...]`` starts ``--num-instances`` instances
+through MPI. In-MPI mode: under ``mpirun``/``mpiexec``/``srun`` (a rank is detected), the process
+becomes that rank's instance and runs the program itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+from typing import Any
+
+from poprun_py import __version__
+from poprun_py import env as envc
+from poprun_py.config import DEFAULT_OUTPUT_TAG, PLACEMENTS, LaunchConfig, validate_config
+from poprun_py.errors import EXIT_USAGE, ConfigError
+from poprun_py.topology import assign_instances, expand_hosts, format_topology, parse_hostfile
+
+logger = logging.getLogger("poprun_py")
+
+
+def _yes_no(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "yes", "true", "on", "y"):
+        return True
+    if value in ("0", "no", "false", "off", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="poprun_py",
+        usage="poprun_py [options] [--] program [args...]",
+        description="Launch a PopRun-style job of instances x replicas on simulated IPUs, through MPI. "
+        "Every option can also be set as an environment variable POPRUN_<OPTION> "
+        "(for example POPRUN_NUM_INSTANCES=2); the command line wins.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    topo = p.add_argument_group("topology")
+    topo.add_argument("--num-instances", type=int, default=None, help="instances (MPI ranks); default 1, or the MPI size in-MPI")
+    topo.add_argument("--num-replicas", type=int, default=None, help="total replicas; default 1, or one per instance in-MPI")
+    topo.add_argument("--ipus-per-replica", type=int, default=1, help="IPUs per replica")
+    topo.add_argument("--num-ilds", type=int, default=None, help="IPU-Link domains; default the fewest that hold the job")
+    topo.add_argument("--system", default=None, help="simulated system POD4|POD16|POD64|POD128|POD256; default the smallest that fits")
+    topo.add_argument("-H", "--host", default=None, help="hosts, e.g. host0,host1 or node[0-3]; instances are divided evenly")
+    topo.add_argument("--hostfile", default=None, help="file with one host per line (exclusive with --host)")
+    mpi = p.add_argument_group("MPI")
+    mpi.add_argument("--mpi-global-args", default="", help="options for mpiexec itself, e.g. '-launcher ssh'")
+    mpi.add_argument("--mpi-local-args", default="", help="options for the instances' app context")
+    mpi.add_argument("--mpiexec", default=None, help="MPI launcher to use; default the venv's (mpich wheel), then PATH")
+    mpi.add_argument("--mode", choices=("auto", "launch", "instance"), default="auto",
+                     help="launch a job, or act as one instance under an MPI launcher; auto decides from the environment")
+    place = p.add_argument_group("placement")
+    place.add_argument("--process-placement", choices=PLACEMENTS, default="spreadnuma", help="CPU/NUMA binding of instances on a host")
+    place.add_argument("--numa-aware", type=_yes_no, default=None, help="yes = spreadnuma, no = disabled")
+    place.add_argument("--executable-cache-path", default=None, help="directory for compiled executables (exported to instances)")
+    place.add_argument("--offline-mode", type=_yes_no, default=True, help="accepted for PopRun compatibility: everything is offline here")
+    out = p.add_argument_group("output and logs")
+    out.add_argument("--only-output-from-instance", type=int, default=None, help="show only this instance's output (failure reports are always shown)")
+    out.add_argument("--output-tag", default=DEFAULT_OUTPUT_TAG, help="prefix template: {instance} {host} {pid} {stream} {local} {replicas} {time}")
+    out.add_argument("--log-dir", default=None, help="write attempt_K/instance_I/{stdout,stderr}.log and run.json here")
+    out.add_argument("--print-topology", type=_yes_no, default=False, help="print the instance/replica table")
+    out.add_argument("--dry-run", type=_yes_no, default=False, help="print the MPI command and each instance's environment; run nothing")
+    out.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug")
+    ctl = p.add_argument_group("failures")
+    ctl.add_argument("--grace-period", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL when stopping")
+    ctl.add_argument("--hang-timeout", type=_seconds, default=None, help="stop the job when an instance makes no progress for this long")
+    ctl.add_argument("--max-restarts", type=int, default=0, help="restart a failed job this many times (POPRUN_RESTART_COUNT tells the program)")
+    p.add_argument("--version", action="version", version=f"poprun_py {__version__}")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="the command each instance runs")
+    return p
+
+
+# Switches that PopRun writes either bare (--print-topology) or with a value (--print-topology=yes).
+SWITCHES = ("--numa-aware", "--offline-mode", "--print-topology", "--dry-run")
+_YES_NO = {"1", "yes", "true", "on", "y", "0", "no", "false", "off", "n"}
+
+
+def normalise_switches(argv: list[str]) -> list[str]:
+    """Give bare switches an explicit ``yes`` so that they never swallow the program name."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        if token in SWITCHES:
+            has_value = i + 1 < len(argv) and argv[i + 1].lower() in _YES_NO
+            out.append(f"{token}={argv[i + 1] if has_value else 'yes'}")
+            i += 2 if has_value else 1
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+def parse_args(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
+    argv = normalise_switches(argv)
+    parser = build_parser()
+    dests = [a.dest for a in parser._actions if a.option_strings and a.dest not in ("help", "version")]
+    defaults = envc.option_defaults(environ, dests)
+    for action in parser._actions:
+        if action.dest in defaults:
+            raw = defaults[action.dest]
+            try:
+                action.default = int(raw) if action.dest == "verbose" else (action.type(raw) if action.type else raw)
+            except (argparse.ArgumentTypeError, ValueError) as err:
+                parser.error(f"environment variable POPRUN_{action.dest.upper()}={raw!r}: {err}")
+    args = parser.parse_args(argv)
+    if args.program and args.program[0] == "--":
+        args.program = args.program[1:]
+    if not args.program:
+        parser.error("no program given: usage `poprun_py [options] [--] program [args...]`")
+    return args
+
+
+def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.host and args.hostfile:
+        raise ConfigError("--host and --hostfile are mutually exclusive: give one of them")
+    if args.hostfile:
+        try:
+            with open(args.hostfile) as f:
+                return tuple(parse_hostfile(f.read(), args.hostfile))
+        except OSError as err:
+            raise ConfigError(f"cannot read --hostfile {args.hostfile}: {err.strerror}") from None
+    return tuple(expand_hosts(args.host)) if args.host else ("localhost",)
+
+
+def config_from_args(args: argparse.Namespace, *, mpi_size: int | None = None) -> LaunchConfig:
+    """The one place a ``LaunchConfig`` is built from parsed options."""
+    instances = args.num_instances if args.num_instances is not None else (mpi_size or 1)
+    if mpi_size is not None and instances != mpi_size:
+        raise ConfigError(
+            f"--num-instances {instances} but the MPI launcher started {mpi_size} ranks: in-MPI mode one "
+            f"rank is one instance; drop --num-instances or start {instances} ranks")
+    replicas = args.num_replicas if args.num_replicas is not None else (instances if mpi_size else 1)
+    placement = args.process_placement
+    if args.numa_aware is not None:
+        placement = "spreadnuma" if args.numa_aware else "disabled"
+    extra: dict[str, Any] = dict(
+        mpi_global_args=tuple(shlex.split(args.mpi_global_args)),
+        mpi_local_args=tuple(shlex.split(args.mpi_local_args)),
+        only_output_from_instance=args.only_output_from_instance, print_topology=args.print_topology,
+        offline_mode=args.offline_mode, process_placement=placement,
+        executable_cache_path=args.executable_cache_path, verbose=args.verbose, dry_run=args.dry_run,
+        log_dir=os.path.abspath(args.log_dir) if args.log_dir else None, output_tag=args.output_tag,
+        grace_period=args.grace_period, hang_timeout=args.hang_timeout, max_restarts=args.max_restarts,
+        mpiexec=args.mpiexec,
+    )
+    return validate_config(
+        program=tuple(args.program), num_instances=instances, num_replicas=replicas,
+        ipus_per_replica=args.ipus_per_replica, num_ilds=args.num_ilds,
+        hosts=("localhost",) if mpi_size else _hosts(args), system=args.system, **extra,
+    )
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(
+        level=level, format="%(asctime)s.%(msecs)03d %(process)d POPRUN_PY [%(levelname).1s] %(message)s",
+        datefmt="%H:%M:%S", stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ)
+    args = parse_args(argv, environ)
+    _setup_logging(args.verbose)
+    rank = envc.detect_rank(environ)
+    in_mpi = args.mode == "instance" or (
+        args.mode == "auto" and rank is not None and (rank.size > 1 or (args.num_instances or 1) == 1))
+    try:
+        if in_mpi:
+            from poprun_py.inmpi import run_as_instance
+
+            config = config_from_args(args, mpi_size=rank.size if rank else 1)
+            return run_as_instance(config, rank, environ)
+        config = config_from_args(args)
+        return launch(config)
+    except ConfigError as err:
+        print(f"poprun_py: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def launch(config: LaunchConfig) -> int:
+    from poprun_py.launcher import Job
+    from poprun_py.mpi_command import detect_flavor, find_mpiexec
+    from poprun_py.output import Console
+
+    _check_program(config.program)
+    infos = assign_instances(config)
+    if config.print_topology:
+        print(format_topology(infos), flush=True)
+    mpiexec = find_mpiexec(config.mpiexec)
+    flavor = detect_flavor(mpiexec)
+    run_id = os.environ.get(envc.RUN_ID) or time.strftime("%Y%m%d-%H%M%S-") + str(os.getpid())
+    console = Console(template=config.output_tag, out=sys.stdout, err=sys.stderr,
+                      only_instance=config.only_output_from_instance)
+    job = Job(config, console, mpiexec=mpiexec, flavor=flavor, run_id=run_id, python=sys.executable)
+    if config.dry_run:
+        print(json.dumps({"command": job.argv(0), "instances": [
+            {"instance": i.index, "host": i.host, "env": envc.instance_env(i, run_id=run_id,
+             executable_cache_path=config.executable_cache_path)} for i in infos]}, indent=2))
+        return 0
+    logger.info(
+        "Launching %s on %s: %d instance(s) x %d local replica(s) x %d IPU(s) per replica, hosts %s, %s via %s (%s)",
+        " ".join(config.program), config.system, config.num_instances, config.replicas_per_instance,
+        config.ipus_per_replica, ",".join(config.hosts), run_id, mpiexec, flavor)
+    return job.run()
+
+
+def _check_program(program: tuple[str, ...]) -> None:
+    import shutil
+
+    head = program[0]
+    if head.endswith(".py") and not os.path.exists(head):
+        raise ConfigError(f"program {head!r} not found (working directory {os.getcwd()})")
+    if not head.endswith(".py") and shutil.which(head) is None:
+        raise ConfigError(f"program {head!r} not found on PATH or not executable: give its path")
+    if head.endswith(".py") or os.path.basename(head).startswith("python"):
+        script = next((a for a in program[1:] if a.endswith(".py")), None)
+        if script and not os.path.exists(script):
+            raise ConfigError(f"script {script!r} not found (working directory {os.getcwd()})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The environment contract between the launcher and the instances, in both directions.
+
+This is the one module that reads ``os.environ``-style mappings. ``instance_env`` writes the
+``POPDIST_*``/``POPRUN_*`` variables an instance receives; ``read_env`` reads them back inside the
+instance (outside any launcher: one instance, one replica); ``detect_rank`` reads the rank and
+size that MPI or Slurm gave a process; ``option_defaults`` reads ``POPRUN_<OPTION>`` defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from poprun_py.errors import EnvironmentContractError
+from poprun_py.topology import InstanceInfo
+
+# PopDist's names, as PopRun sets them (see shared/reference/launchers.md section 1.5).
+NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
+NUM_LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
+NUM_IPUS_PER_REPLICA = "POPDIST_NUM_IPUS_PER_REPLICA"
+REPLICA_INDEX_OFFSET = "POPDIST_REPLICA_INDEX_OFFSET"
+UNIFORM_REPLICAS = "POPDIST_UNIFORM_REPLICAS_PER_INSTANCE"
+LOCAL_INSTANCE_INDEX = "POPDIST_LOCAL_INSTANCE_INDEX"
+# Ours: derivable from the above, but explicit is better for scripts and for checking MPI.
+INSTANCE_INDEX = "POPDIST_INSTANCE_INDEX"
+NUM_INSTANCES = "POPDIST_NUM_INSTANCES"
+DEVICE_ID = "POPRUN_DEVICE_ID"
+ILD_INDEX = "POPRUN_ILD_INDEX"
+SYSTEM = "POPRUN_SYSTEM"
+HOST = "POPRUN_HOST"
+RUN_ID = "POPRUN_RUN_ID"
+RESTART_COUNT = "POPRUN_RESTART_COUNT"
+EXECUTABLE_CACHE_PATH = "POPRUN_EXECUTABLE_CACHE_PATH"
+# Runtime plumbing set by the per-instance agent.
+PROGRESS_FD = "POPRUN_PROGRESS_FD"
+ERROR_FILE = "POPRUN_ERROR_FILE"
+UNDER_AGENT = "POPRUN_UNDER_AGENT"
+
+OPTION_PREFIX = "POPRUN_"
+
+
+def instance_env(
+    info: InstanceInfo, *, run_id: str, restart_count: int = 0, executable_cache_path: str | None = None
+) -> dict[str, str]:
+    """The variables one instance receives, as strings."""
+    env = {
+        NUM_TOTAL_REPLICAS: str(info.num_total_replicas),
+        NUM_LOCAL_REPLICAS: str(info.num_local_replicas),
+        NUM_IPUS_PER_REPLICA: str(info.ipus_per_replica),
+        REPLICA_INDEX_OFFSET: str(info.replica_offset),
+        UNIFORM_REPLICAS: "1",
+        LOCAL_INSTANCE_INDEX: str(info.local_index),
+        INSTANCE_INDEX: str(info.index),
+        NUM_INSTANCES: str(info.num_instances),
+        DEVICE_ID: str(info.device_id),
+        ILD_INDEX: str(info.ild),
+        SYSTEM: info.system,
+        HOST: info.host,
+        RUN_ID: run_id,
+        RESTART_COUNT: str(restart_count),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if executable_cache_path:
+        env[EXECUTABLE_CACHE_PATH] = executable_cache_path
+    return env
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """What an instance knows about the job, read once from its environment."""
+
+    is_set: bool
+    instance_index: int = 0
+    num_instances: int = 1
+    num_total_replicas: int = 1
+    num_local_replicas: int = 1
+    replica_index_offset: int = 0
+    ipus_per_replica: int = 1
+    local_instance_index: int = 0
+    device_id: int = 0
+    system: str = ""
+    run_id: str = ""
+    restart_count: int = 0
+    under_agent: bool = False
+
+
+def _int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EnvironmentContractError(f"{name}={raw!r} is not an integer") from None
+
+
+def read_env(environ: Mapping[str, str]) -> DistInfo:
+    """Read the contract. Missing variables mean a single instance with one replica."""
+    if NUM_TOTAL_REPLICAS not in environ:
+        return DistInfo(is_set=False)
+    total = _int(environ, NUM_TOTAL_REPLICAS, 1)
+    local = _int(environ, NUM_LOCAL_REPLICAS, 1)
+    offset = _int(environ, REPLICA_INDEX_OFFSET, 0)
+    if local < 1 or total < local or total % local or offset % local or offset >= total:
+        raise EnvironmentContractError(
+            f"inconsistent PopDist variables: {NUM_TOTAL_REPLICAS}={total}, {NUM_LOCAL_REPLICAS}={local}, "
+            f"{REPLICA_INDEX_OFFSET}={offset}; launch through poprun_py, or set them so that the total is a "
+            "multiple of the local count and the offset is a multiple of the local count below the total"
+        )
+    index = _int(environ, INSTANCE_INDEX, offset // local)
+    count = _int(environ, NUM_INSTANCES, total // local)
+    if index != offset // local or count != total // local:
+        raise EnvironmentContractError(
+            f"{INSTANCE_INDEX}={index} / {NUM_INSTANCES}={count} disagree with the replica layout "
+            f"(offset {offset} // local {local} = {offset // local}, total {total} // local {local} = "
+            f"{total // local})"
+        )
+    return DistInfo(
+        is_set=True,
+        instance_index=index,
+        num_instances=count,
+        num_total_replicas=total,
+        num_local_replicas=local,
+        replica_index_offset=offset,
+        ipus_per_replica=_int(environ, NUM_IPUS_PER_REPLICA, 1),
+        local_instance_index=_int(environ, LOCAL_INSTANCE_INDEX, 0),
+        device_id=_int(environ, DEVICE_ID, 0),
+        system=environ.get(SYSTEM, ""),
+        run_id=environ.get(RUN_ID, ""),
+        restart_count=_int(environ, RESTART_COUNT, 0),
+        under_agent=environ.get(UNDER_AGENT) == "1",
+    )
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """The rank, size and local rank a process received from an MPI launcher or Slurm."""
+
+    rank: int
+    size: int
+    local_rank: int
+    source: str  # which launcher's variables were read
+
+
+# Innermost launcher first: an mpirun inside an srun step sets both, and the MPI rank is the truth.
+_RANK_SOURCES = (
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("MPICH/Hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+    ("PMIx", "PMIX_RANK", "PMI_SIZE", "PMIX_LOCAL_RANK"),
+    ("Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
+)
+
+
+def detect_rank(environ: Mapping[str, str]) -> RankInfo | None:
+    """The rank this process has under mpirun/mpiexec/srun, or None when there is none.
+
+    Open MPI, MPICH (Hydra), MVAPICH, PMIx and Slurm variables are read, MPI before Slurm. Slurm
+    counts only inside a job step (``srun``), not in the batch script itself, and a PMIx rank
+    without a size is taken with ``OMPI_COMM_WORLD_SIZE`` or ``SLURM_STEP_NUM_TASKS``.
+    """
+    for source, rank_var, size_var, local_var in _RANK_SOURCES:
+        if rank_var not in environ:
+            continue
+        size_raw = environ.get(size_var)
+        if source == "PMIx":
+            size_raw = size_raw or environ.get("OMPI_COMM_WORLD_SIZE") or environ.get("SLURM_STEP_NUM_TASKS")
+        if not size_raw:
+            continue
+        rank, size = _int(environ, rank_var, 0), int(size_raw)
+        if not 0 <= rank < size:
+            raise EnvironmentContractError(f"{rank_var}={rank} is outside 0..{size - 1} ({size_var}={size})")
+        return RankInfo(rank=rank, size=size, local_rank=_int(environ, local_var, 0), source=source)
+    return None
+
+
+def option_defaults(environ: Mapping[str, str], dests: list[str]) -> dict[str, str]:
+    """``POPRUN_<DEST>`` values for launcher options (``POPRUN_NUM_INSTANCES=2``)."""
+    return {d: environ[OPTION_PREFIX + d.upper()] for d in dests if OPTION_PREFIX + d.upper() in environ}

@@ -1,0 +1,43 @@
+"""In-MPI mode: ``mpirun -n 16 poprun_py train.py`` or ``srun -n 16 poprun_py train.py``.
+
+The MPI launcher already started the processes; this one becomes instance ``rank`` of ``size``:
+it sets the PopDist contract in its own environment and runs the program, a ``.py`` script in
+this same interpreter (with the bootstrap's failure hooks, which call MPI_Abort so that the MPI
+launcher stops every rank), anything else by ``exec``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+
+from poprun_py import env as envc
+from poprun_py.bootstrap import run
+from poprun_py.config import LaunchConfig
+from poprun_py.env import RankInfo
+from poprun_py.topology import assign_instances
+
+logger = logging.getLogger(__name__)
+
+
+def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[str, str]) -> int:
+    index = rank.rank if rank else 0
+    info = dataclasses.replace(
+        assign_instances(config)[index], host=socket.gethostname(), local_index=rank.local_rank if rank else 0
+    )
+    run_id = environ.get(envc.RUN_ID) or f"mpi-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.environ.update(envc.instance_env(info, run_id=run_id, executable_cache_path=config.executable_cache_path))
+    logger.info("instance %d of %d (%s ranks), replicas %s", index, config.num_instances,
+                rank.source if rank else "no MPI", list(info.replicas))
+    program = list(config.program)
+    if program[0].endswith(".py"):
+        run(program, as_module=False)
+        return 0
+    if program[0] == "-m" and len(program) > 1:
+        run(program[1:], as_module=True)
+        return 0
+    os.execvp(program[0], program)
+    return 127  # not reached

@@ -1,0 +1,326 @@
+"""Starting a job through the MPI launcher, watching it, and stopping it cleanly.
+
+One ``Job`` runs up to ``1 + max_restarts`` attempts. An attempt starts ``mpiexec`` (in its own
+session, dying with the launcher), reads the agents' records from its output, and ends when
+mpiexec exits. The first instance that fails, a hang, or a signal to the launcher starts the
+teardown: SIGTERM to mpiexec (which forwards it to every agent, and they to their programs),
+a second SIGTERM once the grace period is over (agents then SIGKILL their trees), and as a last
+resort SIGKILL to mpiexec's session and to the local agents.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+
+from poprun_py import wire
+from poprun_py.agent import AgentSpec, attempt_dir
+from poprun_py.config import LaunchConfig
+from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, signal_name
+from poprun_py.mpi_command import agent_command, build_mpiexec_argv
+from poprun_py.output import Console, TagFields
+from poprun_py.processes import child_preexec
+from poprun_py.report import InstanceState, failure_report, hang_report
+from poprun_py.topology import InstanceInfo, assign_instances
+
+logger = logging.getLogger(__name__)
+
+FAILURE_GRACE_S = 2.0  # survivors of a failed job get this long after SIGTERM
+BACKSTOP_S = 5.0  # after the last SIGTERM, SIGKILL whatever is left
+STARTUP_TIMEOUT_S = 120.0  # every agent must report its start within this
+
+
+@dataclass
+class AttemptResult:
+    restart_count: int
+    exit_code: int
+    reason: str  # ok | failed | hang | interrupted | mpi
+    root_cause: int | None
+    states: list[InstanceState]
+    mpi_returncode: int | None
+    started: float
+    ended: float
+
+
+class Job:
+    def __init__(self, config: LaunchConfig, console: Console, *, mpiexec: str, flavor: str,
+                 run_id: str, python: str) -> None:
+        self.config = config
+        self.console = console
+        self.mpiexec = mpiexec
+        self.flavor = flavor
+        self.run_id = run_id
+        self.python = python
+        self.infos: list[InstanceInfo] = assign_instances(config)
+        self.attempts: list[AttemptResult] = []
+        self._events: queue.Queue = queue.Queue()
+        self._stop_signals: list[int] = []
+        self._proc: subprocess.Popen | None = None
+
+    # -- public --------------------------------------------------------------------------------
+    def argv(self, restart_count: int) -> list[str]:
+        spec = AgentSpec(self.config, self.run_id, restart_count, self.config.log_dir)
+        return build_mpiexec_argv(
+            self.config, mpiexec=self.mpiexec, flavor=self.flavor,
+            rank_command=agent_command(spec.to_json(), self.config.program, self.python),
+            environ=os.environ, is_root=os.geteuid() == 0,
+        )
+
+    def run(self) -> int:
+        previous = self._install_signals()
+        try:
+            for restart in range(self.config.max_restarts + 1):
+                result = self._run_attempt(restart)
+                self.attempts.append(result)
+                self._write_run_record()
+                if result.reason in ("ok", "interrupted") or restart == self.config.max_restarts:
+                    return result.exit_code
+                self.console.message(
+                    f"poprun_py: restarting the job ({restart + 1} of {self.config.max_restarts}); "
+                    f"the program sees POPRUN_RESTART_COUNT={restart + 1}"
+                )
+            return self.attempts[-1].exit_code
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.console.close()
+
+    # -- signals -------------------------------------------------------------------------------
+    def _install_signals(self) -> dict:
+        def stop(signum, _frame):
+            self._stop_signals.append(signum)
+            self._events.put(("signal", signum))
+
+        def forward(signum, _frame):
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.send_signal(signum)
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, stop)
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            previous[sig] = signal.signal(sig, forward)
+        return previous
+
+    # -- one attempt ---------------------------------------------------------------------------
+    def _run_attempt(self, restart: int) -> AttemptResult:
+        argv = self.argv(restart)
+        logger.info("Running command: %s", json.dumps(argv))
+        states = [InstanceState(i.index) for i in self.infos]
+        started = time.time()
+        self._proc = proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=child_preexec(signal.SIGTERM),
+        )
+        logger.info("Waiting for %s (PID %d)", os.path.basename(self.mpiexec), proc.pid)
+        self._events = queue.Queue()
+        readers = [threading.Thread(target=self._read, args=(proc.stdout, "out"), daemon=True),
+                   threading.Thread(target=self._read, args=(proc.stderr, "err"), daemon=True)]
+        for t in readers:
+            t.start()
+        watch = _Teardown(self, proc, states)
+        open_streams = 2
+        t_start = time.monotonic()
+        while open_streams or proc.poll() is None:
+            try:
+                kind, payload = self._events.get(timeout=0.1)
+            except queue.Empty:
+                kind, payload = None, None
+            if kind in ("out", "err"):
+                if payload is None:
+                    open_streams -= 1
+                else:
+                    self._handle_line(kind, payload, states, watch)
+            elif kind == "signal":
+                watch.on_signal(payload)
+            now = time.monotonic()
+            if watch.reason is None:
+                self._check_hang(states, now, watch)
+                if now - t_start > STARTUP_TIMEOUT_S and any(s.host is None for s in states):
+                    missing = [s.index for s in states if s.host is None]
+                    self.console.message(
+                        f"poprun_py: instance(s) {missing} did not start within {STARTUP_TIMEOUT_S:g} s; "
+                        "check that python and poprun_py exist at the same path on every host")
+                    watch.begin("failed", FAILURE_GRACE_S)
+            watch.tick(now)
+        for t in readers:
+            t.join(timeout=1.0)
+        code, reason = watch.outcome(proc.returncode)
+        return AttemptResult(restart, code, reason, watch.root_cause, states, proc.returncode,
+                             started, time.time())
+
+    def _read(self, pipe, stream: str) -> None:
+        for line in iter(pipe.readline, b""):
+            self._events.put((stream, line))
+        self._events.put((stream, None))
+
+    def _handle_line(self, stream: str, line: bytes, states: list[InstanceState], watch: "_Teardown") -> None:
+        record = wire.decode(line)
+        if record is None or not isinstance(record.get("i"), int) or not 0 <= record["i"] < len(states):
+            text = line.decode(errors="replace").rstrip()
+            watch.mpi_lines.append(text)
+            if watch.reason is None:  # once we stop the job, mpiexec's cleanup chatter is noise
+                self.console.raw(stream, text)
+            else:
+                logger.debug("mpiexec: %s", text)
+            return
+        state = states[record["i"]]
+        state.last_activity = time.monotonic()
+        kind = record["t"]
+        if kind == wire.OUT:
+            show = self.console.line if record.get("k") == "line" else self.console.frame
+            show(state.index, record.get("s", "out"), record.get("x", ""))
+        elif kind == wire.PROGRESS:
+            state.last_what, state.reports = record.get("what", ""), record.get("n", 0)
+        elif kind == wire.START:
+            state.host, state.pid, state.cpus = record.get("host"), record.get("pid"), record.get("cpus")
+            info = self.infos[state.index]
+            self.console.fields[state.index] = TagFields(
+                state.index, state.host or "?", state.pid or "?", info.local_index,
+                f"{info.replicas.start}-{info.replicas.stop - 1}")
+        elif kind == wire.EXIT:
+            state.ended = True
+            state.exit_code, state.signal = record.get("code"), record.get("signal")
+            state.duration, state.stopped = record.get("duration"), bool(record.get("stopped"))
+            state.error, state.tail = record.get("error"), record.get("tail") or []
+            logger.info("instance %d ended: code %s signal %s", state.index, state.exit_code, state.signal)
+            if state.failed and watch.reason is None:
+                watch.root_cause = state.index
+                self.console.message(failure_report(state, len(states), self._log_hint(state.index)))
+                watch.begin("failed", FAILURE_GRACE_S)
+
+    def _check_hang(self, states: list[InstanceState], now: float, watch: "_Teardown") -> None:
+        timeout = self.config.hang_timeout
+        if timeout is None:
+            return
+        if any(s.host is not None and not s.ended and now - s.last_activity > timeout for s in states):
+            self.console.message(hang_report(states, now, timeout))
+            watch.begin("hang", FAILURE_GRACE_S)
+
+    def _log_hint(self, index: int) -> str | None:
+        if not self.config.log_dir:
+            return None
+        return attempt_dir(self.config.log_dir, len(self.attempts), index)
+
+    # -- run record ----------------------------------------------------------------------------
+    def _write_run_record(self) -> None:
+        if not self.config.log_dir:
+            return
+        record = {
+            "run_id": self.run_id,
+            "config": asdict(self.config),
+            "mpiexec": self.mpiexec,
+            "mpi_flavor": self.flavor,
+            "topology": [asdict(i) for i in self.infos],
+            "attempts": [
+                {
+                    "restart_count": a.restart_count, "command": self.argv(a.restart_count),
+                    "started": a.started, "ended": a.ended, "duration_s": round(a.ended - a.started, 3),
+                    "exit_code": a.exit_code, "reason": a.reason, "root_cause_instance": a.root_cause,
+                    "mpi_returncode": a.mpi_returncode, "instances": [s.to_json() for s in a.states],
+                }
+                for a in self.attempts
+            ],
+            "exit_code": self.attempts[-1].exit_code if self.attempts else None,
+        }
+        os.makedirs(self.config.log_dir, exist_ok=True)
+        path = os.path.join(self.config.log_dir, "run.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f, indent=2)
+        os.replace(path + ".tmp", path)
+
+
+class _Teardown:
+    """The stop sequence of one attempt: why it stopped and what has been sent so far."""
+
+    def __init__(self, job: Job, proc: subprocess.Popen, states: list[InstanceState]) -> None:
+        self.job, self.proc, self.states = job, proc, states
+        self.reason: str | None = None
+        self.root_cause: int | None = None
+        self.signal: int | None = None
+        self.second_at: float | None = None
+        self.kill_at: float | None = None
+        self.mpi_lines: list[str] = []
+
+    def begin(self, reason: str, grace: float) -> None:
+        if self.reason is not None:
+            return
+        self.reason = reason
+        self._send(signal.SIGTERM)
+        now = time.monotonic()
+        self.second_at = now + grace
+        self.kill_at = now + grace + BACKSTOP_S
+
+    def on_signal(self, signum: int) -> None:
+        if self.reason is None:
+            self.job.console.message(
+                f"poprun_py: received {signal_name(signum)}; stopping all instances "
+                f"(grace period {self.job.config.grace_period:g} s, repeat to force)")
+            self.signal = signum
+            self.begin("interrupted", self.job.config.grace_period)
+        elif self.second_at is not None:
+            self.second_at = time.monotonic()  # a repeated Ctrl-C: no more grace
+
+    def tick(self, now: float) -> None:
+        if self.second_at is not None and now >= self.second_at:
+            self.second_at = None
+            self._send(signal.SIGTERM)
+            self.kill_at = now + BACKSTOP_S
+        if self.kill_at is not None and now >= self.kill_at and self.proc.poll() is None:
+            self.kill_at = None
+            logger.warning("mpiexec did not stop; killing it and the local instances")
+            self._kill_everything()
+
+    def _send(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def _kill_everything(self) -> None:
+        procs = []
+        for pid in [self.proc.pid] + [s.pid for s in self.states if s.pid]:
+            try:
+                p = psutil.Process(pid)
+                procs += [p, *p.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    def outcome(self, returncode: int | None) -> tuple[int, str]:
+        if self.reason == "interrupted":
+            return (EXIT_INTERRUPTED if self.signal == signal.SIGINT else EXIT_TERMINATED), "interrupted"
+        if self.reason == "hang":
+            return EXIT_HANG, "hang"
+        if self.root_cause is not None:
+            return self.states[self.root_cause].shell_code, "failed"
+        if self.reason == "failed":
+            return 1, "failed"
+        if returncode not in (0, None) or any(not s.ended for s in self.states):
+            tail = "\n".join("    " + line for line in self.mpi_lines[-STDERR_TAIL:])
+            self.job.console.message(
+                f"poprun_py: {os.path.basename(self.job.mpiexec)} ended with status {returncode} before every "
+                f"instance reported its end" + (f"; its last messages:\n{tail}" if tail else ""))
+            return (128 - returncode if returncode and returncode < 0 else returncode or 1), "mpi"
+        return 0, "ok"
+
+
+STDERR_TAIL = 15

@@ -1,0 +1,74 @@
+"""Process-tree hygiene: parent-death signals, subreaping and killing whole trees."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_parent_death_signal(signum: int) -> None:
+    """Ask the kernel to send ``signum`` to this process when its parent dies (Linux)."""
+    parent = os.getppid()
+    _prctl(_PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signum)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to this process instead of init (Linux), so that
+    it can still find and stop them."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def child_preexec(signum: int = signal.SIGKILL):
+    """A ``preexec_fn`` that makes the child die with its parent."""
+
+    def _preexec() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signum)
+
+    return _preexec
+
+
+def descendants(pid: int | None = None) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def signal_tree(root_pid: int | None, procs: list[psutil.Process], signum: int) -> None:
+    """Send ``signum`` to a child's process group and to every process in ``procs``."""
+    if root_pid is not None:
+        try:
+            os.killpg(root_pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.send_signal(signum)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+def kill_all_descendants(timeout: float = 2.0) -> None:
+    """SIGKILL every process below this one and reap them."""
+    procs = descendants()
+    signal_tree(None, procs, signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=timeout)
