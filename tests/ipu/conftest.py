@@ -1,0 +1,36 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from effnet_profile import efficientnet_profile  # noqa: E402
+from models.profile import LayerProfile  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def b4_g16():
+    """EfficientNet-B4 G16 (expand 4) at 380 px, micro-batch 3: the G16-B4 recipe's replica."""
+    return efficientnet_profile(4, batch=3, group_dim=16, expand=4)
+
+
+@pytest.fixture(scope="session")
+def b4_g1():
+    return efficientnet_profile(4, batch=3, group_dim=1, expand=None)
+
+
+def toy_layer(name, block, flops=100, params=10, act=50, saved=40, matmul=True, kind="conv"):
+    return LayerProfile(name, block, kind, flops, 2 * flops, params, act, saved, matmul)
+
+
+@pytest.fixture
+def toy_profile():
+    """Four blocks of known cost: stem (2 layers), b1, b2, head."""
+    return [
+        toy_layer("s.0", "stem", flops=10, params=1, act=8, saved=5),
+        toy_layer("s.1", "stem", flops=20, params=2, act=8, saved=6, matmul=False, kind="act"),
+        toy_layer("b1.0", "block1a", flops=40, params=3, act=4, saved=7),
+        toy_layer("b2.0", "block2a", flops=30, params=4, act=2, saved=8),
+        toy_layer("h.0", "head", flops=10, params=5, act=1, saved=9),
+    ]

@@ -1,0 +1,83 @@
+import pytest
+from conftest import toy_layer
+
+from ipu.pipeline import (
+    block_order, check_gradient_accumulation, replica_schedule, split_at, split_balanced, stashed_elems,
+)
+from ipu.schedule import build_schedule
+
+
+def test_split_at_named_blocks(toy_profile):
+    split = split_at(toy_profile, ["block2a"])
+    assert split.blocks == (("stem", "block1a"), ("block2a", "head"))
+    assert split.layer_stage == (0, 0, 0, 1, 1)
+    assert split.splits == ("block2a",)
+
+
+def test_g16_recipe_split_at_block4a(b4_g16):
+    split = split_at(b4_g16, ["block4a"])
+    assert split.blocks[0][0] == "stem" and split.blocks[0][-1] == "block3d"
+    assert split.blocks[1][0] == "block4a" and split.blocks[1][-1] == "head"
+    assert len(block_order(b4_g16)) == 34  # stem + 32 blocks + head
+
+
+def test_bad_split_says_which_blocks_exist(toy_profile):
+    with pytest.raises(ValueError, match="'block9z' is not a block of this model: choose from block1a, block2a, head"):
+        split_at(toy_profile, ["block9z"])
+    with pytest.raises(ValueError, match="in model order"):
+        split_at(toy_profile, ["head", "block1a"])
+
+
+def test_balanced_split_minimises_the_largest_stage(toy_profile):
+    # block weights (flops fwd + bwd): stem 90, block1a 120, block2a 90, head 30
+    assert split_balanced(toy_profile, 2).blocks == (("stem", "block1a"), ("block2a", "head"))
+    assert split_balanced(toy_profile, 3).blocks == (("stem",), ("block1a",), ("block2a", "head"))
+    # by memory (params + saved): stem 14, block1a 10, block2a 12, head 14
+    assert split_balanced(toy_profile, 2, by="memory").blocks == (("stem", "block1a"), ("block2a", "head"))
+
+
+def test_balanced_b4_split_is_close_to_even(b4_g16):
+    split = split_balanced(b4_g16, 4)
+    flops = [sum(l.flops_fwd + l.flops_bwd for l in split.layers(b4_g16, s)) for s in range(4)]
+    assert max(flops) / min(flops) < 1.6
+
+
+def test_gradient_accumulation_must_be_twice_the_stages():
+    check_gradient_accumulation(8, 4)
+    check_gradient_accumulation(1, 1)
+    with pytest.raises(ValueError, match="gradient accumulation 6 is too small for a 4-stage pipeline: it must be at least 2 x stages = 8"):
+        check_gradient_accumulation(6, 4)
+
+
+def test_recomputation_changes_what_is_stashed(toy_profile):
+    split = split_at(toy_profile, ["block2a"])
+    plain = stashed_elems(toy_profile, split, build_schedule("grouped", 2, 4), input_elems=100)
+    # stage 0 keeps 4 micro-batches of saved activations (5 + 6 + 7 = 18 each)
+    assert plain[0] == {"activations stem x4": 44, "activations block1a x4": 28}
+    assert plain[1] == {"activations block2a x2": 16, "activations head x2": 18}
+    recomputed = stashed_elems(toy_profile, split, build_schedule("grouped", 2, 4, recompute=True), input_elems=100)
+    # stage 0 keeps only its input per micro-batch in flight, plus one micro-batch being recomputed
+    assert recomputed[0] == {"stage input x4": 400, "activations stem (recomputed)": 11,
+                             "activations block1a (recomputed)": 7}
+    assert recomputed[1] == plain[1]  # the last stage does not recompute
+    second = stashed_elems(toy_profile, split_at(toy_profile, ["block1a", "block2a"]),
+                           build_schedule("grouped", 3, 6, recompute=True), input_elems=100)
+    assert second[1]["stage input x4"] == 4 * 8  # stage 1's input is the stem's output (8 elems)
+
+
+def test_single_stage_runs_sequentially():
+    s = replica_schedule("grouped", 1, 3, recompute=True)
+    assert s.kind == "sequential" and s.max_in_flight(0) == 1
+
+
+def test_interleaved_stashes_less_than_grouped(b4_g16):
+    split = split_at(b4_g16, ["block4a"])
+    grouped = stashed_elems(b4_g16, split, build_schedule("grouped", 2, 16), 3 * 380 * 380 * 3)
+    inter = stashed_elems(b4_g16, split, build_schedule("interleaved", 2, 16), 3 * 380 * 380 * 3)
+    assert sum(inter[0].values()) * 2 == sum(grouped[0].values())
+
+
+def test_blocks_must_be_contiguous():
+    profile = [toy_layer("a", "stem"), toy_layer("b", "block1a"), toy_layer("c", "stem")]
+    with pytest.raises(ValueError, match="'stem' is not contiguous"):
+        block_order(profile)

@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+
+from ipu.precision import PRECISIONS, apply_update, get_precision, stochastic_round_to_fp16, store_weights
+
+
+def _neighbours(x):
+    """The float16 values just below and above |x| (x not exactly representable)."""
+    lo = np.float16(x)
+    lo = np.where(lo.astype(np.float64) > x, np.nextafter(lo, np.float16(-np.inf)), lo)
+    return lo.astype(np.float64), np.nextafter(lo, np.float16(np.inf)).astype(np.float64)
+
+
+def test_rounds_to_one_of_the_two_neighbours():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(10_000) * 10.0 ** rng.integers(-6, 4, 10_000)).astype(np.float32)
+    y = stochastic_round_to_fp16(x, rng).astype(np.float64)
+    lo, hi = _neighbours(np.abs(x).astype(np.float64))
+    mag = np.abs(y)
+    exact = np.float16(x).astype(np.float32) == x
+    assert np.all(exact | (mag == lo) | (mag == hi))
+    assert np.all(np.sign(y[y != 0]) == np.sign(x[y != 0]))
+
+
+@pytest.mark.parametrize("frac", [0.1, 0.25, 0.5, 0.9])
+def test_probability_of_rounding_up_is_proportional_to_proximity(frac):
+    ulp = 2.0**-10  # float16 spacing in [1, 2)
+    x = np.full(200_000, 1.0 + (3 + frac) * ulp, dtype=np.float32)
+    y = stochastic_round_to_fp16(x, 123).astype(np.float64)
+    up = np.mean(y == 1.0 + 4 * ulp)
+    sigma = np.sqrt(frac * (1 - frac) / x.size)
+    assert abs(up - frac) < 5 * sigma
+
+
+def test_unbiased_where_round_to_nearest_is_biased():
+    """Mean error over many draws is 0 within 5 standard errors, for values across the range."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.001, 1000.0, 64).astype(np.float32)
+    draws = np.stack([stochastic_round_to_fp16(x, seed).astype(np.float64) for seed in range(2000)])
+    lo, hi = _neighbours(x.astype(np.float64))
+    ulp = hi - lo
+    err = (draws.mean(axis=0) - x) / ulp
+    stderr = draws.std(axis=0) / np.sqrt(len(draws)) / ulp + 1e-12
+    assert np.all(np.abs(err) < 5 * stderr + 1e-9)
+    nearest = (np.float16(x).astype(np.float64) - x) / ulp
+    assert np.abs(nearest).mean() > 10 * np.abs(err).mean()
+
+
+def test_subnormals_overflow_and_specials():
+    tiny = np.full(100_000, 2.0**-25, dtype=np.float32)  # half the smallest subnormal 2**-24
+    y = stochastic_round_to_fp16(tiny, 5).astype(np.float64)
+    assert set(np.unique(y)) == {0.0, 2.0**-24}
+    assert abs(y.mean() / 2.0**-25 - 1) < 0.02
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, 70000.0, -1e6], dtype=np.float32)
+    out = stochastic_round_to_fp16(special, 0)
+    assert np.isposinf(out[0]) and np.isneginf(out[1]) and np.isnan(out[2]) and out[3] == 0
+    assert np.isposinf(out[4]) and np.isneginf(out[5])
+
+
+def test_same_seed_same_result_and_out_is_written():
+    x = np.linspace(-3, 3, 1001, dtype=np.float32).reshape(7, 11, 13)
+    out = np.empty(x.shape, np.float16)
+    first = stochastic_round_to_fp16(x, 42, out=out)
+    assert first is out
+    np.testing.assert_array_equal(stochastic_round_to_fp16(x, 42), out)
+    assert not np.array_equal(stochastic_round_to_fp16(x, 43), out)
+    with pytest.raises(ValueError, match="out must be float16"):
+        stochastic_round_to_fp16(x, 1, out=np.empty(x.shape, np.float32))
+
+
+def test_16_16_update_moves_weights_by_less_than_half_an_ulp_on_average():
+    w = store_weights(np.ones(4096, np.float32), PRECISIONS["16.16"])
+    delta = np.full(4096, 1e-4, np.float32)  # < half of float16's 2**-10 spacing at 1.0
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        apply_update(w, delta, PRECISIONS["16.16"], rng)
+    assert w.dtype == np.float16
+    assert w.astype(np.float64).mean() == pytest.approx(1.01, abs=0.001)
+    nearest = np.ones(4096, np.float16)
+    for _ in range(100):
+        nearest = (nearest.astype(np.float32) + delta).astype(np.float16)
+    assert np.all(nearest == 1.0)  # round-to-nearest stalls
+
+
+def test_16_32_keeps_float32_master_weights():
+    w = store_weights(np.ones(3, np.float32), get_precision("16.32"))
+    apply_update(w, np.full(3, 1e-4, np.float32), get_precision("16.32"), 0)
+    assert w.dtype == np.float32 and np.allclose(w, 1.0001)
+
+
+def test_modes_and_bad_name():
+    assert [PRECISIONS[m].half_compute for m in ("32.32", "16.32", "16.16")] == [False, True, True]
+    with pytest.raises(ValueError, match="32.32, 16.32, 16.16"):
+        get_precision("8.8")
