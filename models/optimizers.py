@@ -63,6 +63,7 @@ class OptimConfig:
     lars_epsilon: float = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))  # YAML gives lists
         if self.name not in OPTIMIZER_NAMES:
             raise ValueError(f"optim.name={self.name!r} is not one of {', '.join(OPTIMIZER_NAMES)}")
         _check_range("momentum", self.momentum, 0.0, 1.0)

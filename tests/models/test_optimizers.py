@@ -130,9 +130,9 @@ def torch_groups(torch, params, weight_decay):
     return tensors, [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def run_against_torch(name, torch_cls, torch_kwargs, cfg, lrs):
+def run_against_torch(name, torch_cls, torch_kwargs, cfg, lrs, dtype=np.float64):
     torch = pytest.importorskip("torch")
-    params = make_params()
+    params = make_params(dtype=dtype)
     tensors, groups = torch_groups(torch, params, cfg.weight_decay)
     ref = getattr(torch.optim, torch_cls)(groups, lr=lrs[0], **torch_kwargs)
     opt = make_optimizer(cfg, params)
@@ -144,14 +144,16 @@ def run_against_torch(name, torch_cls, torch_kwargs, cfg, lrs):
             group["lr"] = lr
         ref.step()
         opt.step(lr)
+    tol = {"rtol": 1e-12, "atol": 1e-13} if dtype == np.float64 else {"rtol": 2e-6, "atol": 2e-6}
     for t, p in zip(tensors, params):
-        np.testing.assert_allclose(p.data, t.detach().numpy(), rtol=1e-12, atol=1e-13, err_msg=f"{name} {p.name}")
+        assert p.data.dtype == dtype
+        np.testing.assert_allclose(p.data, t.detach().numpy(), **tol, err_msg=f"{name} {p.name}")
 
 
-@pytest.mark.parametrize("nesterov", [False, True])
-def test_sgd_matches_torch_at_constant_lr(nesterov):
+@pytest.mark.parametrize("nesterov, dtype", [(False, np.float64), (True, np.float64), (False, np.float32)])
+def test_sgd_matches_torch_at_constant_lr(nesterov, dtype):
     cfg = OptimConfig(name="nesterov" if nesterov else "sgd", momentum=0.9, weight_decay=1e-2)
-    run_against_torch("sgd", "SGD", {"momentum": 0.9, "nesterov": nesterov}, cfg, [0.1] * 5)
+    run_against_torch("sgd", "SGD", {"momentum": 0.9, "nesterov": nesterov}, cfg, [0.1] * 5, dtype)
 
 
 def test_sgd_keeps_lr_inside_velocity_when_lr_changes():
@@ -171,9 +173,10 @@ def test_adam_matches_torch():
     run_against_torch("adam", "Adam", {"betas": (0.9, 0.99), "eps": 1e-6}, cfg, LRS)
 
 
-def test_adamw_matches_torch():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adamw_matches_torch(dtype):
     cfg = OptimConfig(name="adamw", betas=(0.8, 0.999), eps=1e-8, weight_decay=0.1)
-    run_against_torch("adamw", "AdamW", {"betas": (0.8, 0.999), "eps": 1e-8}, cfg, LRS)
+    run_against_torch("adamw", "AdamW", {"betas": (0.8, 0.999), "eps": 1e-8}, cfg, LRS, dtype)
 
 
 def test_adam_first_step_by_hand():
