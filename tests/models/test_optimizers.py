@@ -320,3 +320,18 @@ def test_duplicate_parameter_names_are_rejected():
     a, b = Param("x", np.zeros(2)), Param("x", np.zeros(3))
     with pytest.raises(ValueError, match="appears twice"):
         make_optimizer(OptimConfig(), [a, b])
+
+
+@pytest.mark.parametrize("name", ["sgd", "nesterov", "lars", "rmsprop"])
+def test_float16_weights_follow_the_float64_update(name):
+    cfg = OptimConfig(name=name, weight_decay=1e-2, eps=1e-3, lars_eta=0.02)
+    half, full = make_params(dtype=np.float16), make_params(dtype=np.float64)
+    opt_half, opt_full = make_optimizer(cfg, half), make_optimizer(cfg, full)
+    for step, lr in enumerate(LRS):
+        set_grads(half, step)
+        set_grads(full, step)
+        opt_half.step(lr)
+        opt_full.step(lr)
+    for h, f in zip(half, full):
+        assert h.data.dtype == np.float16 and opt_half.state[h.name]["momentum"].dtype == np.float16
+        np.testing.assert_allclose(h.data.astype(np.float64), f.data, rtol=1e-2, atol=1e-2)
