@@ -87,7 +87,7 @@ def stashed_elems(
 ) -> list[dict[str, int]]:
     """Activation elements each stage keeps alive at its peak, by tensor name.
 
-    Without recomputation a stage stashes every layer's ``saved_elems`` for each micro-batch in
+    Without recomputation a stage stashes every layer's saved elements (``ipu_saved_elems``) for each micro-batch in
     flight. With it (``schedule.recompute``) a stage stashes only its input per micro-batch in
     flight, and holds one micro-batch's saved activations while it recomputes and backpropagates
     (the last stage does not recompute: its backward follows its forward). ``input_elems`` is
@@ -97,21 +97,39 @@ def stashed_elems(
     for s in range(split.num_stages):
         layers = split.layers(profile, s)
         in_flight = schedule.max_in_flight(s)
+        stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
         if schedule.recompute and s < split.num_stages - 1:
-            stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
             tensors = {f"stage input x{in_flight}": in_flight * stage_input}
-            tensors.update(_saved_by_block(layers, copies=1, suffix=" (recomputed)"))
+            tensors.update(_saved_by_block(layers, 1, " (recomputed)", stage_input))
         else:
-            tensors = _saved_by_block(layers, copies=in_flight, suffix=f" x{in_flight}")
+            tensors = _saved_by_block(layers, in_flight, f" x{in_flight}", stage_input)
         out.append(tensors)
     return out
 
 
-def _saved_by_block(layers: Sequence[LayerProfile], copies: int, suffix: str) -> dict[str, int]:
-    by_block: dict[str, int] = {}
+def ipu_saved_elems(layers: Sequence[LayerProfile], input_elems: int) -> list[int]:
+    """What each layer keeps for backward on an IPU.
+
+    A CPU convolution may cache an im2col expansion (k x k copies of its input); Poplar's
+    convolutions keep the input itself, so a conv's saved elements are capped at its input size
+    (the previous layer's output; ``input_elems`` for the first layer).
+    """
+    out = []
+    previous = input_elems
     for layer in layers:
+        saved = layer.saved_elems
+        if layer.kind in ("conv", "dwconv") and previous:
+            saved = min(saved, previous)
+        out.append(saved)
+        previous = layer.activation_elems
+    return out
+
+
+def _saved_by_block(layers: Sequence[LayerProfile], copies: int, suffix: str, input_elems: int) -> dict[str, int]:
+    by_block: dict[str, int] = {}
+    for layer, saved in zip(layers, ipu_saved_elems(layers, input_elems)):
         key = f"activations {layer.block}{suffix}"
-        by_block[key] = by_block.get(key, 0) + copies * layer.saved_elems
+        by_block[key] = by_block.get(key, 0) + copies * saved
     return by_block
 
 

@@ -21,7 +21,7 @@ OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam
 class IpuPlan:
     """Everything the memory and cost models need about one run (no training state)."""
 
-    model: str = "efficientnet-b4"
+    model: str = "efficientnet-b4-gn"
     model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
     image_size: int = 380
     num_classes: int = 1000
@@ -105,7 +105,7 @@ def _check_power_of_two(name: str, value: int) -> None:
 # G16 EfficientNet-B4 with LARS, 2 IPUs per replica split at block4a, 16.16 with stochastic
 # rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (ref §1.2).
 G16_B4 = IpuPlan(
-    model="efficientnet-b4",
+    model="efficientnet-b4-gn",
     model_overrides=(("group_size", 16), ("expand_ratio", 4)),
     image_size=380,
     micro_batch=3,
@@ -134,7 +134,7 @@ PRESETS: dict[str, IpuPlan] = {
     # The G1 (depthwise) baseline: 4 IPUs per replica, micro-batch 3, GA 64, 4 replicas = 768,
     # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (ref §1.2, §2, §10.9).
     "g1-b4-4ipu": IpuPlan(
-        model="efficientnet-b4",
+        model="efficientnet-b4-gn",
         model_overrides=(("group_size", 1), ("expand_ratio", 6)),
         image_size=380,
         micro_batch=3,

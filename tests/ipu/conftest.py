@@ -30,7 +30,7 @@ def toy_profile():
     return [
         toy_layer("s.0", "stem", flops=10, params=1, act=8, saved=5),
         toy_layer("s.1", "stem", flops=20, params=2, act=8, saved=6, matmul=False, kind="act"),
-        toy_layer("b1.0", "block1a", flops=40, params=3, act=4, saved=7),
-        toy_layer("b2.0", "block2a", flops=30, params=4, act=2, saved=8),
+        toy_layer("b1.0", "block1a", flops=40, params=3, act=10, saved=7),
+        toy_layer("b2.0", "block2a", flops=30, params=4, act=10, saved=8),
         toy_layer("h.0", "head", flops=10, params=5, act=1, saved=9),
     ]

@@ -81,3 +81,10 @@ def test_blocks_must_be_contiguous():
     profile = [toy_layer("a", "stem"), toy_layer("b", "block1a"), toy_layer("c", "stem")]
     with pytest.raises(ValueError, match="'stem' is not contiguous"):
         block_order(profile)
+
+
+def test_a_conv_keeps_its_input_not_an_im2col_expansion():
+    from ipu.pipeline import ipu_saved_elems
+    layers = [toy_layer("c", "stem", act=10, saved=27), toy_layer("n", "stem", act=10, saved=10, matmul=False, kind="norm"),
+              toy_layer("d", "stem", act=5, saved=90, kind="dwconv")]
+    assert ipu_saved_elems(layers, input_elems=3) == [3, 10, 10]
