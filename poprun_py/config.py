@@ -101,7 +101,7 @@ def validate_config(
         raise ConfigError(
             f"--num-replicas x --ipus-per-replica = {num_replicas} x {ipus_per_replica} = {num_ipus} IPUs, "
             f"which is not a power of two: IPU partitions come in powers of two (for example "
-            f"--num-replicas {1 << (num_ipus.bit_length() - 1) // ipus_per_replica or 1})"
+            f"--num-replicas {max(1, (1 << (num_ipus.bit_length() - 1)) // ipus_per_replica)})"
         )
     shape = get_system(system) if system else smallest_system_for(num_ipus)
     if num_ipus > shape.num_ipus:

@@ -54,7 +54,8 @@ def descendants(pid: int | None = None) -> list[psutil.Process]:
 
 
 def signal_tree(root_pid: int | None, procs: list[psutil.Process], signum: int) -> None:
-    """Send ``signum`` to a child's process group and to every process in ``procs``."""
+    """Send ``signum`` to a child's process group and to every process of ``procs`` outside it
+    (descendants that started sessions of their own), each process once."""
     if root_pid is not None:
         try:
             os.killpg(root_pid, signum)
@@ -62,8 +63,9 @@ def signal_tree(root_pid: int | None, procs: list[psutil.Process], signum: int) 
             pass
     for proc in procs:
         try:
-            proc.send_signal(signum)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            if root_pid is None or os.getpgid(proc.pid) != root_pid:
+                proc.send_signal(signum)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             pass
 
 

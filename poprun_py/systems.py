@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from poprun_py.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class SystemShape:
@@ -37,7 +39,7 @@ def get_system(name: str) -> SystemShape:
     """Look a system up by name, case-insensitively (``pod16`` works)."""
     key = name.strip().upper()
     if key not in SYSTEMS:
-        raise ValueError(
+        raise ConfigError(
             f"unknown system {name!r}: choose one of {', '.join(SYSTEMS)} (for example --system POD16)"
         )
     return SYSTEMS[key]
@@ -49,7 +51,7 @@ def smallest_system_for(num_ipus: int) -> SystemShape:
         if shape.num_ipus >= num_ipus:
             return shape
     largest = max(SYSTEMS.values(), key=lambda s: s.num_ipus)
-    raise ValueError(
+    raise ConfigError(
         f"the job needs {num_ipus} IPUs but the largest simulated system, {largest.name}, has "
         f"{largest.num_ipus}: reduce --num-replicas or --ipus-per-replica"
     )
