@@ -1,0 +1,17 @@
+"""The numerics engine: NHWC layers with explicit backward passes, EfficientNet and a dense net.
+
+Imports numpy and numba only.
+"""
+
+from models.efficientnet import EfficientNetConfig, block_specs, param_count
+from models.io import load_state_dict_file, save_state_dict
+from models.loss import softmax_cross_entropy
+from models.model import Model
+from models.param import Param
+from models.profile import LayerProfile
+from models.registry import build_model, efficientnet_config
+
+__all__ = [
+    "EfficientNetConfig", "LayerProfile", "Model", "Param", "block_specs", "build_model", "efficientnet_config",
+    "load_state_dict_file", "param_count", "save_state_dict", "softmax_cross_entropy",
+]

@@ -4,8 +4,10 @@ Batch norm sees the whole batch as ``[N*H*W, C]``; group norm works per image on
 ``[N, H*W, C]``. Statistics are accumulated in float64 and the variance is two-pass
 (mean first), so float32 results are as close to exact as the format allows.
 ``act``: 0 none, 1 SiLU, 2 ReLU, applied to the normalised value with per-channel (batch norm) or
-per-image-and-channel (group norm) ``mu`` and ``a``: ``z = (x - mu)*a + beta``. Subtracting the
-mean before scaling keeps the full precision when the mean is large against the spread.
+per-image-and-channel (group norm) ``mu`` and ``a``: ``z = ((x - mu) - mu_lo)*a + beta``, where
+``mu + mu_lo`` is the float64 mean split into two working-precision numbers. Subtracting the
+mean before scaling, in two parts, keeps full precision when the mean is large against the
+spread, while the arithmetic stays in the working precision (float32 vectorises twice as wide).
 """
 
 from __future__ import annotations
@@ -73,18 +75,18 @@ def column_moments(x, mean, var, chunks):
 
 
 @jit(parallel=True)
-def affine_act(x, mu, a, beta, y, act):
+def affine_act(x, mu, mu_lo, a, beta, y, act):
     """y = act((x - mu)*a + beta) per column, for x, y [M, C]."""
     m_, c_ = x.shape
     for r in prange(m_):
         row = x[r]
         out = y[r]
         for c in range(c_):
-            out[c] = act_value((row[c] - mu[c]) * a[c] + beta[c], act)
+            out[c] = act_value(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c], act)
 
 
 @jit(parallel=True)
-def batch_norm_backward(x, dy, mu, a, beta, invstd, dx, dgamma, dbeta, act, training, chunks):
+def batch_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, dx, dgamma, dbeta, act, training, chunks):
     """Backward of y = act((x - mu)*a + beta) with a = gamma*invstd.
 
     Writes dgamma/dbeta; dx gets dz = dy*act'(z) first, then (training) the batch-norm
@@ -100,7 +102,7 @@ def batch_norm_backward(x, dy, mu, a, beta, invstd, dx, dgamma, dbeta, act, trai
             gr = dy[r]
             out = dx[r]
             for c in range(c_):
-                d = xr[c] - mu[c]
+                d = (xr[c] - mu[c]) - mu_lo[c]
                 dz = gr[c] * act_grad(d * a[c] + beta[c], act)
                 out[c] = dz
                 s0[c] += dz
@@ -123,7 +125,7 @@ def batch_norm_backward(x, dy, mu, a, beta, invstd, dx, dgamma, dbeta, act, trai
         xr = x[r]
         out = dx[r]
         for c in range(c_):
-            out[c] = a[c] * (out[c] - k0[c] - (xr[c] - mu[c]) * k1[c])
+            out[c] = a[c] * (out[c] - k0[c] - ((xr[c] - mu[c]) - mu_lo[c]) * k1[c])
 
 
 @jit(parallel=True)
@@ -151,7 +153,7 @@ def group_moments(x, groups, mean, var):
 
 
 @jit(parallel=True)
-def group_affine_act(x, mu, a, beta, y, act):
+def group_affine_act(x, mu, mu_lo, a, beta, y, act):
     """y[n] = act((x[n] - mu[n])*a[n] + beta) with mu, a [N, C] and beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
@@ -159,13 +161,14 @@ def group_affine_act(x, mu, a, beta, y, act):
         row = x[n, i % m_]
         out = y[n, i % m_]
         mn = mu[n]
+        ml = mu_lo[n]
         an = a[n]
         for c in range(c_):
-            out[c] = act_value((row[c] - mn[c]) * an[c] + beta[c], act)
+            out[c] = act_value(((row[c] - mn[c]) - ml[c]) * an[c] + beta[c], act)
 
 
 @jit(parallel=True)
-def group_norm_backward(x, dy, mu, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
+def group_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
     """Backward of group norm + act per image; per-image dgamma/dbeta partials [N, C]."""
     n_, m_, c_ = x.shape
     groups = invstd.shape[1]
@@ -175,13 +178,14 @@ def group_norm_backward(x, dy, mu, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n
         s0 = np.zeros(c_)
         s1 = np.zeros(c_)
         mn = mu[n]
+        ml = mu_lo[n]
         an = a[n]
         for r in range(m_):
             xr = x[n, r]
             gr = dy[n, r]
             out = dx[n, r]
             for c in range(c_):
-                d = xr[c] - mn[c]
+                d = (xr[c] - mn[c]) - ml[c]
                 dz = gr[c] * act_grad(d * an[c] + beta[c], act)
                 out[c] = dz
                 s0[c] += dz
@@ -198,5 +202,5 @@ def group_norm_backward(x, dy, mu, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n
             out = dx[n, r]
             for c in range(c_):
                 g = c // cg
-                xhat = (xr[c] - mn[c]) * invstd[n, g]
+                xhat = ((xr[c] - mn[c]) - ml[c]) * invstd[n, g]
                 out[c] = invstd[n, g] * (gamma[c] * out[c] - k0[g] - xhat * k1[g])

@@ -25,6 +25,12 @@ def _act_code(act: str | None, name: str) -> int:
     return ACTS[act]
 
 
+def _split(mean: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
+    """mean (float64) = hi + lo to about twice the working precision."""
+    hi[...] = mean
+    lo[...] = mean - hi
+
+
 def _chunks(m: int) -> int:
     return max(1, min(_CHUNKS, m)) if is_enabled() else 1
 
@@ -94,12 +100,12 @@ class BatchNorm2d(_Norm):
             var[...] = self.running_var
         invstd = self._buf("invstd", (c,), np.float64)
         invstd[...] = 1.0 / np.sqrt(var + self.eps)
-        self.mu, self.a = self._buf("mu", (c,)), self._buf("a", (c,))
-        self.mu[...] = mean
+        self.mu, self.mu_lo, self.a = self._buf("mu", (c,)), self._buf("mu_lo", (c,)), self._buf("a", (c,))
+        _split(mean, self.mu, self.mu_lo)
         self.a[...] = self.weight.data * invstd
         self.invstd, self.training, self.x = invstd, training, x
         y = self._buf("y", x.shape)
-        K.affine_act(x2, self.mu, self.a, self.bias.data, y.reshape(-1, c), self.act)
+        K.affine_act(x2, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(-1, c), self.act)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
@@ -107,7 +113,7 @@ class BatchNorm2d(_Norm):
         dx = self._buf("dx", self.x.shape)
         dgamma, dbeta = self._buf("dgamma", (c,), np.float64), self._buf("dbeta", (c,), np.float64)
         x2 = self.x.reshape(-1, c)
-        K.batch_norm_backward(x2, dy.reshape(-1, c), self.mu, self.a, self.bias.data, self.invstd,
+        K.batch_norm_backward(x2, dy.reshape(-1, c), self.mu, self.mu_lo, self.a, self.bias.data, self.invstd,
                               dx.reshape(-1, c), dgamma, dbeta, self.act, self.training, _chunks(x2.shape[0]))
         self.weight.grad[...] = dgamma
         self.bias.grad[...] = dbeta
@@ -135,19 +141,19 @@ class GroupNorm(_Norm):
         invstd = self._buf("invstd", (n, g), np.float64)
         invstd[...] = 1.0 / np.sqrt(var + self.eps)
         per_c = np.repeat(np.arange(g), c // g)
-        self.mu, self.a = self._buf("mu", (n, c)), self._buf("a", (n, c))
-        self.mu[...] = mean[:, per_c]
+        self.mu, self.mu_lo, self.a = self._buf("mu", (n, c)), self._buf("mu_lo", (n, c)), self._buf("a", (n, c))
+        _split(mean[:, per_c], self.mu, self.mu_lo)
         self.a[...] = invstd[:, per_c] * self.weight.data
         self.invstd, self.x = invstd, x
         y = self._buf("y", x.shape)
-        K.group_affine_act(x3, self.mu, self.a, self.bias.data, y.reshape(n, -1, c), self.act)
+        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(n, -1, c), self.act)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
         dx = self._buf("dx", self.x.shape)
         dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
-        K.group_norm_backward(self.x.reshape(n, -1, c), dy.reshape(n, -1, c), self.mu, self.a, self.bias.data,
+        K.group_norm_backward(self.x.reshape(n, -1, c), dy.reshape(n, -1, c), self.mu, self.mu_lo, self.a, self.bias.data,
                               self.invstd, self.weight.data, dx.reshape(n, -1, c), dg, db, self.act)
         self.weight.grad[...] = dg.sum(axis=0)
         self.bias.grad[...] = db.sum(axis=0)

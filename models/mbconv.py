@@ -1,0 +1,133 @@
+"""The MBConv block (inverted residual with squeeze-and-excitation), torchvision layout.
+
+``<prefix>.block.0`` 1x1 expand + norm + SiLU (absent when the expansion keeps the width),
+then the k x k depthwise/grouped conv + norm + SiLU, SE, and the 1x1 project + norm (linear).
+With stride 1 and equal widths the block adds its input back, after stochastic depth
+(drop-connect) of the residual branch. Keeps: the per-sample drop-connect factors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.conv import Conv2d
+from models.layer import Layer, Rng, Sequential, Shape
+from models.norm import BatchNorm2d, GroupNorm
+from models.pool import drop_path_scale
+from models.se import SqueezeExcitation
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """Which normalisation every conv is followed by.
+
+    kind: ``batch`` or ``group``; groups: group-norm groups, capped at the channel count
+    (``min(C, groups)``, as Graphcore does; 1 = layer norm); eps; momentum: batch-norm
+    running-statistics momentum in torch convention (TF's 0.99 is torch's 0.01).
+    """
+
+    kind: str = "batch"
+    groups: int = 4
+    eps: float = 1e-3
+    momentum: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("batch", "group"):
+            raise ValueError(f"norm {self.kind!r}: use 'batch' or 'group'")
+        if self.groups < 1:
+            raise ValueError(f"norm groups must be >= 1, got {self.groups}")
+
+    def build(self, name: str, block: str, channels: int, act: str | None, dtype) -> Layer:
+        if self.kind == "batch":
+            return BatchNorm2d(name, block, channels, self.eps, self.momentum, act, dtype)
+        groups = min(channels, self.groups)
+        while channels % groups:  # fall back to the nearest divisor below
+            groups -= 1
+        return GroupNorm(name, block, channels, groups, self.eps, act, dtype)
+
+
+def conv_norm(name: str, block: str, cin: int, cout: int, kernel: int, stride: int, groups: int,
+              norm: NormSpec, act: str | None, padding, dtype, rng) -> Sequential:
+    """torchvision's Conv2dNormActivation: ``<name>.0`` conv (no bias), ``<name>.1`` norm."""
+    conv = Conv2d(f"{name}.0", block, cin, cout, kernel, stride, padding, groups, False, dtype, rng)
+    return Sequential(name, block, [conv, norm.build(f"{name}.1", block, cout, act, dtype)], dtype)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One MBConv block after width/depth scaling: everything needed to build or count it."""
+
+    name: str          # block4a
+    prefix: str        # features.4.0
+    cin: int
+    cout: int
+    expanded: int
+    kernel: int
+    stride: int
+    groups: int        # of the k x k conv: expanded for depthwise, expanded // 16 for G16
+    squeeze: int
+    drop_prob: float
+
+    @property
+    def residual(self) -> bool:
+        return self.stride == 1 and self.cin == self.cout
+
+
+class MBConv(Layer):
+    kind = "add"
+
+    def __init__(self, spec: BlockSpec, norm: NormSpec, padding, rng_holder: Rng, dtype=np.float32,
+                 rng: np.random.Generator | None = None) -> None:
+        super().__init__(spec.prefix, spec.name, dtype)
+        self.spec, self.rng = spec, rng_holder
+        p, b, layers = f"{spec.prefix}.block", spec.name, []
+        if spec.expanded != spec.cin:
+            layers.append(conv_norm(f"{p}.{len(layers)}", b, spec.cin, spec.expanded, 1, 1, 1, norm, "silu",
+                                    padding, dtype, rng))
+        layers.append(conv_norm(f"{p}.{len(layers)}", b, spec.expanded, spec.expanded, spec.kernel, spec.stride,
+                                spec.groups, norm, "silu", padding, dtype, rng))
+        layers.append(SqueezeExcitation(f"{p}.{len(layers)}", b, spec.expanded, spec.squeeze, dtype, rng))
+        layers.append(conv_norm(f"{p}.{len(layers)}", b, spec.expanded, spec.cout, 1, 1, 1, norm, None,
+                                padding, dtype, rng))
+        self.body = Sequential(p, b, layers, dtype)
+
+    def params(self):
+        return self.body.params()
+
+    def buffers(self):
+        return self.body.buffers()
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        y = self.body.forward(x, training)
+        if not self.spec.residual:
+            return y
+        # y is the project norm's own output buffer, which it does not need again: update in place.
+        self.scale = None
+        if training and self.spec.drop_prob > 0:
+            self.scale = drop_path_scale(self.rng, x.shape[0], self.spec.drop_prob, self.dtype)
+            y *= self.scale[:, None, None, None]
+        y += x
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        if not self.spec.residual:
+            return self.body.backward(dy)
+        branch = dy
+        if self.scale is not None:
+            branch = self._buf("dbranch", dy.shape)
+            np.multiply(dy, self.scale[:, None, None, None], out=branch)
+        dx = self.body.backward(branch)
+        dx += dy
+        return dx
+
+    def out_shape(self, shape: Shape) -> Shape:
+        return self.body.out_shape(shape)
+
+    def profile(self, shape: Shape):
+        out = self.body.profile(shape)
+        if self.spec.residual:
+            e = int(np.prod(shape))
+            out.append(self._record(shape, 2 * e, e, shape[0]))
+        return out

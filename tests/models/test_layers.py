@@ -1,0 +1,131 @@
+"""Norms, activations, SE, pooling, dense, dropout: forward against numpy, gradient checks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.models.gradcheck import check_layer
+from models.activation import Activation
+from models.dense import Dense
+from models.layer import Rng
+from models.norm import BatchNorm2d, GroupNorm
+from models.pool import Dropout, GlobalAvgPool
+from models.se import SqueezeExcitation
+
+ACT = {None: lambda z: z, "silu": lambda z: z / (1 + np.exp(-z)), "relu": lambda z: np.maximum(z, 0)}
+
+
+def _x(shape=(3, 4, 5, 8), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape) * 2 + 1
+
+
+def _randomise(norm, rng):
+    norm.weight.data[:] = rng.standard_normal(norm.channels)
+    norm.bias.data[:] = rng.standard_normal(norm.channels)
+
+
+@pytest.mark.parametrize("act,training", itertools.product([None, "silu", "relu"], [True, False]))
+def test_batch_norm(act, training):
+    rng = np.random.default_rng(1)
+    bn = BatchNorm2d("bn", "b", 8, eps=1e-3, momentum=0.1, act=act, dtype=np.float64)
+    _randomise(bn, rng)
+    rm, rv = rng.standard_normal(8), rng.random(8) + 0.5
+    bn.running_mean[:], bn.running_var[:] = rm, rv
+    x = _x()
+    mean, var = (x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))) if training else (rm, rv)
+    expected = ACT[act]((x - mean) / np.sqrt(var + 1e-3) * bn.weight.data + bn.bias.data)
+    np.testing.assert_allclose(bn.forward(x, training), expected, rtol=1e-12, atol=1e-12)
+    if training:  # torch: biased variance to normalise, unbiased in the running estimate
+        m = x.size // 8
+        np.testing.assert_allclose(bn.running_mean, 0.9 * rm + 0.1 * mean, rtol=1e-12)
+        np.testing.assert_allclose(bn.running_var, 0.9 * rv + 0.1 * var * m / (m - 1), rtol=1e-12)
+        assert int(bn.num_batches_tracked) == 1
+    check_layer(bn, x, training)
+
+
+def test_batch_norm_keeps_precision_with_a_large_mean():
+    x = (1000 + np.random.default_rng(0).standard_normal((4, 8, 8, 4))).astype(np.float32)
+    bn = BatchNorm2d("bn", "b", 4, eps=1e-5)
+    y = bn.forward(x, True).astype(np.float64)
+    x64 = x.astype(np.float64)
+    exact = (x64 - x64.mean(axis=(0, 1, 2))) / np.sqrt(x64.var(axis=(0, 1, 2)) + 1e-5)
+    assert np.abs(y - exact).max() < 1e-5
+
+
+@pytest.mark.parametrize("act,groups", itertools.product([None, "silu", "relu"], [1, 2, 8]))
+def test_group_norm(act, groups):
+    rng = np.random.default_rng(2)
+    gn = GroupNorm("gn", "b", 8, groups, eps=1e-3, act=act, dtype=np.float64)
+    _randomise(gn, rng)
+    x = _x()
+    xg = x.reshape(3, 4, 5, groups, 8 // groups)
+    mean, var = xg.mean(axis=(1, 2, 4), keepdims=True), xg.var(axis=(1, 2, 4), keepdims=True)
+    expected = ACT[act](((xg - mean) / np.sqrt(var + 1e-3)).reshape(x.shape) * gn.weight.data + gn.bias.data)
+    np.testing.assert_allclose(gn.forward(x, True), expected, rtol=1e-12, atol=1e-12)
+    check_layer(gn, x)
+
+
+def test_norm_rejects_bad_settings():
+    with pytest.raises(ValueError, match="groups=3"):
+        GroupNorm("gn", "b", 8, 3)
+    with pytest.raises(ValueError, match="epsilon"):
+        BatchNorm2d("bn", "b", 8, eps=0.0)
+    with pytest.raises(ValueError, match="activation"):
+        BatchNorm2d("bn", "b", 8, act="gelu")
+    with pytest.raises(ValueError, match="more than one value"):
+        BatchNorm2d("bn", "b", 8).forward(np.zeros((1, 1, 1, 8), np.float32), True)
+
+
+@pytest.mark.parametrize("fn", ["silu", "relu", "sigmoid"])
+def test_activations(fn):
+    x = _x()
+    act = Activation("a", "b", fn, np.float64)
+    ref = {"silu": x / (1 + np.exp(-x)), "relu": np.maximum(x, 0), "sigmoid": 1 / (1 + np.exp(-x))}[fn]
+    np.testing.assert_allclose(act.forward(x, True), ref, rtol=1e-14, atol=1e-300)
+    check_layer(act, x)
+
+
+def test_sigmoid_is_stable_for_large_inputs():
+    act = Activation("a", "b", "silu", np.float32)
+    y = act.forward(np.array([-200.0, -20.0, 0.0, 20.0, 200.0], np.float32), True)
+    assert np.all(np.isfinite(y)) and y[0] == 0.0 and y[-1] == 200.0
+
+
+@pytest.mark.parametrize("channels,squeeze", [(8, 2), (6, 1)])
+def test_squeeze_excitation(channels, squeeze):
+    rng = np.random.default_rng(3)
+    se = SqueezeExcitation("se", "b", channels, squeeze, np.float64, rng)
+    se.b1.data[:], se.b2.data[:] = rng.standard_normal(squeeze), rng.standard_normal(channels)
+    x = _x((2, 3, 4, channels))
+    h = x.mean(axis=(1, 2)) @ se.w1.data[:, :, 0, 0].T + se.b1.data
+    gate = 1 / (1 + np.exp(-((h / (1 + np.exp(-h))) @ se.w2.data[:, :, 0, 0].T + se.b2.data)))
+    np.testing.assert_allclose(se.forward(x, True), x * gate[:, None, None, :], rtol=1e-12)
+    check_layer(se, x)
+
+
+def test_global_average_pool_and_dense():
+    x = _x()
+    pool = GlobalAvgPool("p", "b", np.float64)
+    np.testing.assert_allclose(pool.forward(x, True), x.mean(axis=(1, 2)), rtol=1e-13)
+    check_layer(pool, x)
+    rng = np.random.default_rng(4)
+    dense = Dense("d", "b", 8, 5, dtype=np.float64, rng=rng)
+    v = rng.standard_normal((4, 8))
+    np.testing.assert_allclose(dense.forward(v, True), v @ dense.weight.data.T + dense.bias.data, rtol=1e-13)
+    check_layer(dense, v)
+
+
+def test_dropout_masks_scales_and_is_identity_in_eval():
+    holder = Rng(np.random.default_rng(0))
+    drop = Dropout("d", "b", 0.25, holder, np.float64)
+    x = np.ones((200, 50))
+    assert drop.forward(x, False) is x
+    y = drop.forward(x, True)
+    assert set(np.unique(y)) == {0.0, 1 / 0.75}
+    assert abs((y == 0).mean() - 0.25) < 0.02
+    check_layer(drop, _x(), reset=lambda: setattr(holder, "gen", np.random.default_rng(5)))
+    with pytest.raises(ValueError, match="probability"):
+        Dropout("d", "b", 1.0, holder)
