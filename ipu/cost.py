@@ -180,3 +180,13 @@ def _weight_update_s(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfil
     rate = (spec.tiles - plan.num_io_tiles) * per_cycle * spec.clock_hz * VECTOR_EFFICIENCY
     most = max(sum(layer.params for layer in split.layers(profile, s)) for s in range(split.num_stages))
     return most * OPTIMIZER_FLOPS_PER_PARAM / rate
+
+
+def format_throughput(cpu_images_per_s: float, prediction: Prediction) -> str:
+    """The line a training run logs: what the CPUs emulate and what the real POD would do."""
+    plan = prediction.plan
+    return (
+        f"throughput: {cpu_images_per_s:,.1f} images/s emulated on CPU; predicted {prediction.images_per_s:,.0f} "
+        f"images/s on {plan.system} ({plan.total_ipus} x {plan.pod.chip.name}), "
+        f"{prediction.step_time_s * 1e3:.1f} ms per weight update"
+    )

@@ -94,3 +94,12 @@ def test_prediction_is_within_the_stated_factor_of_graphcores_result(b4_g16):
     for name, hours in PUBLISHED_HOURS_TO_TRAIN.items():
         predicted = predict(PRESETS[name], b4_g16).time_to_train_s() / 3600
         assert 1 / PUBLISHED_FACTOR < hours / predicted < PUBLISHED_FACTOR, (name, hours, predicted)
+
+
+def test_training_log_line_shows_cpu_and_pod_throughput(b4_g16):
+    from ipu.cost import format_throughput
+
+    p = predict(PRESETS["g16-b4-pod64"], b4_g16)
+    line = format_throughput(12.5, p)
+    assert line.startswith("throughput: 12.5 images/s emulated on CPU; predicted ")
+    assert f"{p.images_per_s:,.0f} images/s on POD64 (64 x Mk2 GC200)" in line
