@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--noise", type=float, default=40.0)
     for name, text in (("info", "print the layout summary"), ("check", "read every chunk and checksum")):
         commands.add_parser(name, help=text).add_argument("file")
+    for sub in (idx, images, synthetic):
+        sub.add_argument("--no-checksum", dest="checksum", action="store_false",
+                         help="no fletcher32 per chunk: faster row-by-row streaming, corruption undetected")
     full = commands.add_parser("fashion-mnist", help="print the default Fashion-MNIST file path")
     full.add_argument("--subset", action="store_true", help="always the shipped subset")
     return parser
@@ -66,15 +69,16 @@ def _run_convert(args: argparse.Namespace, progress) -> None:
         names, source, licence = PRESETS[args.preset]
         convert.convert_idx(args.source, args.out, class_names=names, source=source, licence=licence,
                             train_limit=args.train_limit, val_limit=args.val_limit,
-                            chunk_rows=args.chunk_rows, compression=args.compression, progress=progress)
+                            chunk_rows=args.chunk_rows, compression=args.compression, checksum=args.checksum,
+                            progress=progress)
     elif args.kind == "images":
         convert.convert_images(args.source, args.out, size=args.size, val_fraction=args.val_fraction,
                                workers=args.workers, chunk_rows=args.chunk_rows, source=args.source_text,
-                               licence=args.licence, progress=progress)
+                               licence=args.licence, checksum=args.checksum, progress=progress)
     else:
         spec = SyntheticSpec(args.train, args.height, args.width, args.channels, args.classes, args.seed, args.noise)
         convert.convert_synthetic(args.out, train=spec, val_samples=args.val, chunk_rows=args.chunk_rows,
-                                  progress=progress)
+                                  checksum=args.checksum, progress=progress)
 
 
 def _print_info(path: str, read_everything: bool) -> None:
@@ -91,7 +95,7 @@ def _print_info(path: str, read_everything: bool) -> None:
     print(f"  mean {first.mean}  std {first.std}\n  source: {first.source}\n  licence: {first.licence}")
     for info in infos:
         print(f"  {info.split}: {info.num_samples} x {info.image_shape} uint8, chunk {info.chunk_rows} rows, "
-              f"{'gzip' if info.compressed else 'uncompressed'}")
+              f"{'gzip' if info.compressed else 'uncompressed'}, {'fletcher32' if info.checksummed else 'no checksum'}")
     if read_everything:
         print("  every chunk read and checksummed: OK")
 

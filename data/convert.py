@@ -74,7 +74,8 @@ def read_idx_split(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_names: tuple[str, ...],
                 source: str, licence: str, train_limit: int | None = None, val_limit: int | None = None,
-                chunk_rows: int = 1024, compression: str = "none", progress: Progress = None) -> Path:
+                chunk_rows: int = 1024, compression: str = "none", checksum: bool = True,
+                progress: Progress = None) -> Path:
     """MNIST-format IDX files (train-* and t10k-*, gzip or not) to a dataset file.
 
     ``train_limit``/``val_limit`` keep a class-balanced subset (the first samples of each class).
@@ -90,7 +91,7 @@ def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_name
     sizes = {split: len(labels) for split, (_, labels) in splits.items()}
     with DatasetWriter(out, image_shape=splits["train"][0].shape[1:], split_sizes=sizes,
                        class_names=list(class_names), source=source, licence=licence,
-                       chunk_rows=chunk_rows, compression=compression) as writer:
+                       chunk_rows=chunk_rows, compression=compression, checksum=checksum) as writer:
         for split, (images, labels) in splits.items():
             blocks = ((images[i:i + chunk_rows], labels[i:i + chunk_rows]) for i in range(0, len(labels), chunk_rows))
             _write_blocks(writer, split, blocks, progress)
@@ -98,7 +99,8 @@ def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_name
 
 
 def convert_synthetic(out: str | os.PathLike, *, train: SyntheticSpec, val_samples: int,
-                      chunk_rows: int = 256, compression: str = "none", progress: Progress = None) -> Path:
+                      chunk_rows: int = 256, compression: str = "none", checksum: bool = True,
+                      progress: Progress = None) -> Path:
     """A class-dependent synthetic dataset (see :mod:`data.synthetic`) of any size and resolution."""
     specs = {"train": train, "validation": SyntheticSpec(val_samples, train.height, train.width,
                                                          train.channels, train.num_classes, train.seed, train.noise)}
@@ -107,7 +109,7 @@ def convert_synthetic(out: str | os.PathLike, *, train: SyntheticSpec, val_sampl
     with DatasetWriter(out, image_shape=(train.height, train.width, train.channels), split_sizes=sizes,
                        class_names=names, source=f"synthetic (data.synthetic, seed {train.seed})",
                        licence="generated; no restrictions", chunk_rows=chunk_rows,
-                       compression=compression) as writer:
+                       compression=compression, checksum=checksum) as writer:
         for split_seed, (split, spec) in enumerate(specs.items()):
             blocks = (synthetic_block(spec, i, min(i + chunk_rows, spec.num_samples), split_seed)
                       for i in range(0, spec.num_samples, chunk_rows))
@@ -134,7 +136,7 @@ def _image_split_files(root: Path, val_fraction: float) -> tuple[list[str], dict
 
 def convert_images(root: str | os.PathLike, out: str | os.PathLike, *, size: int, val_fraction: float = 0.1,
                    workers: int | None = None, chunk_rows: int = 256, source: str = "", licence: str = "unknown",
-                   progress: Progress = None) -> Path:
+                   checksum: bool = True, progress: Progress = None) -> Path:
     """A folder of class sub-folders of JPEG/PNG images to a dataset file, decoded in parallel.
 
     If ``root`` has ``train/`` and ``val/`` (or ``validation/``) sub-folders they are the splits;
@@ -147,7 +149,8 @@ def convert_images(root: str | os.PathLike, out: str | os.PathLike, *, size: int
     sizes = {split: len(files) for split, (files, _) in splits.items()}
     load = partial(load_image, size=size)
     with DatasetWriter(out, image_shape=(size, size, 3), split_sizes=sizes, class_names=classes,
-                       source=source or f"image folder {root}", licence=licence, chunk_rows=chunk_rows) as writer, \
+                       source=source or f"image folder {root}", licence=licence, chunk_rows=chunk_rows,
+                       checksum=checksum) as writer, \
             ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
         for split, (files, labels) in splits.items():
             def blocks(files=files, labels=labels):

@@ -6,14 +6,16 @@ One file holds both splits::
                                   num_classes (int), class_names (str [num_classes]),
                                   mean, std (float64 [C], pixel units 0..255, train split),
                                   source (str), licence (str)
-    /train/images          uint8 [N, H, W, C], chunked (chunk_rows, H, W, C), fletcher32
+    /train/images          uint8 [N, H, W, C], chunked (chunk_rows, H, W, C), fletcher32 by default
     /train/labels          int64 [N], values in [0, num_classes)
     /validation/images     same shapes for the validation split
     /validation/labels
 
 Images are stored uncompressed by default: random reads of compressed chunks are slow
 (see docs/data.md). Small files that the loader reads whole (the shipped Fashion-MNIST subset)
-use gzip. Every chunk carries a fletcher32 checksum so that a corrupted file fails loudly.
+use gzip. By default every chunk carries a fletcher32 checksum so that a corrupted file fails
+loudly. A checksum (like compression) makes HDF5 read whole chunks, so a file too large for RAM,
+which the loader reads row by row, should be written with ``checksum=False`` (``--no-checksum``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class DatasetWriter:
         licence: str,
         chunk_rows: int = 256,
         compression: str = "none",
+        checksum: bool = True,
     ) -> None:
         if set(split_sizes) != set(SPLITS):
             raise ValueError(f"split_sizes must name exactly {SPLITS}, got {sorted(split_sizes)}")
@@ -85,15 +88,15 @@ class DatasetWriter:
         attrs["class_names"] = np.array(class_names, dtype=h5py.string_dtype())
         attrs["source"], attrs["licence"] = source, licence
         for split, size in split_sizes.items():
-            self._create_split(split, size, image_shape, chunk_rows, compression)
+            self._create_split(split, size, image_shape, chunk_rows, compression, checksum)
 
-    def _create_split(self, split, size, image_shape, chunk_rows, compression) -> None:
+    def _create_split(self, split, size, image_shape, chunk_rows, compression, checksum) -> None:
         group = self._file.create_group(split)
         rows = max(1, min(chunk_rows, size))
         options = {"compression": "gzip", "compression_opts": 6, "shuffle": False} if compression == "gzip" else {}
         group.create_dataset(
             IMAGES, shape=(size, *image_shape), dtype=np.uint8,
-            chunks=(rows, *image_shape), fletcher32=True, **options,
+            chunks=(rows, *image_shape), fletcher32=checksum, **options,
         )
         group.create_dataset(LABELS, shape=(size,), dtype=np.int64)
 

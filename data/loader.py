@@ -137,6 +137,10 @@ class Loader:
         self._order_cache: tuple[int, np.ndarray] | None = None
         self.cache = cache if cache != "auto" else ("memory" if dataset.info.nbytes <= memory_budget else "stream")
         self._images = dataset.read_all() if self.cache == "memory" else None
+        if self.cache == "stream" and dataset.info.filtered:
+            logger.warning("%s: streaming rows from a compressed or checksummed file reads whole chunks per step; "
+                           "rewrite it with --no-checksum and without compression, or use cache='memory'.",
+                           dataset.info.path)
         logger.info("Loader %s: %d samples, global batch %d, %d steps/epoch, instance %d/%d takes rows [%d, %d) "
                     "of each, cache=%s, prefetch=%d, augment=%s.", dataset.info.split, dataset.info.num_samples,
                     spec.global_batch, self.steps_per_epoch, spec.instance_index, spec.num_instances,
@@ -193,11 +197,11 @@ class Loader:
         """Build batch ``(epoch, step)`` on the calling thread (what the producer thread runs)."""
         rows, mask = global_batch_rows(self._epoch_order(epoch), self.spec.global_batch, step, self.drop_remainder)
         rows, mask = rows[self._share], mask[self._share]
-        images = np.empty((len(rows), *self.image_shape), np.uint8)
+        images = np.empty((len(rows), *self.image_shape), self.dataset.dtype)
         if self.augment is not None:
             src, src_rows = self._images, rows
             if src is None:
-                src = np.empty((len(rows), *self.dataset.info.image_shape), np.uint8)
+                src = np.empty((len(rows), *self.dataset.info.image_shape), self.dataset.dtype)
                 self.dataset.read_rows(rows, src)
                 src_rows = np.arange(len(rows), dtype=np.int64)
             augment_batch(src, src_rows, rows, self.seed, epoch, self.augment, images)

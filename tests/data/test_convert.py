@@ -110,8 +110,9 @@ def test_convert_image_folder_reports_a_bad_image(tmp_path):
 def test_cli_convert_info_check_and_errors(tmp_path, capsys):
     out = tmp_path / "cli.h5"
     assert main(["convert", "synthetic", str(out), "--train", "20", "--val", "5", "--height", "4",
-                 "--width", "4", "--channels", "1", "--classes", "2"]) == 0
+                 "--width", "4", "--channels", "1", "--classes", "2", "--no-checksum"]) == 0
     assert main(["check", str(out)]) == 0
+    assert not open_dataset(out, "train").info.checksummed
     assert "every chunk read and checksummed: OK" in capsys.readouterr().out
     assert main(["convert", "idx", str(_fake_mnist(tmp_path / "m", compress=False)), str(tmp_path / "m.h5"),
                  "--train-limit", "10"]) == 0

@@ -24,9 +24,11 @@ def test_round_trip_layout_and_attributes(tiny_file):
         assert f["train/images"].chunks == (8, 6, 5, 3) and f["train/images"].fletcher32
 
 
-def test_read_rows_groups_by_chunk_and_keeps_request_order(tiny_file):
-    dataset = open_dataset(tiny_file, "train")
-    rows = np.array([33, 2, 9, 2, 39, 0, 17])
+@pytest.mark.parametrize("compression, checksum", [("none", True), ("none", False), ("gzip", True)])
+def test_read_rows_keeps_request_order(tmp_path, compression, checksum):
+    dataset = open_dataset(write_tiny(tmp_path / "r.h5", compression=compression, checksum=checksum), "train")
+    assert dataset.info.filtered == (compression == "gzip" or checksum)
+    rows = np.array([33, 2, 9, 2, 39, 0, 17, 3, 4, 5, 1])
     out = np.empty((len(rows), 6, 5, 3), np.uint8)
     dataset.read_rows(rows, out)
     assert row_ids(out).tolist() == rows.tolist()
