@@ -238,6 +238,7 @@ class Agent:
         for t in readers:
             t.start()
         stopped = self._supervise(child)
+        ended_at = time.time()
         duration = time.monotonic() - started
         kill_all_descendants()  # grandchildren left behind would hold the pipes open
         for t in readers:
@@ -245,7 +246,7 @@ class Agent:
         self._flush_progress(force=True)
         code, sig = (None, -child.returncode) if child.returncode < 0 else (child.returncode, None)
         self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
-                  error=_read_error_file(error_file), tail=list(self._tail))
+                  ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail))
         return 128 + sig if sig else code
 
     def _supervise(self, child: subprocess.Popen) -> bool:

@@ -124,13 +124,15 @@ class Job:
         logger.info("Waiting for %s (PID %d)", os.path.basename(self.mpiexec), proc.pid)
         self._events = queue.Queue()
         readers = [threading.Thread(target=self._read, args=(proc.stdout, "out"), daemon=True),
-                   threading.Thread(target=self._read, args=(proc.stderr, "err"), daemon=True)]
+                   threading.Thread(target=self._read, args=(proc.stderr, "err"), daemon=True),
+                   threading.Thread(target=lambda: self._events.put(("exited", proc.wait())), daemon=True)]
         for t in readers:
             t.start()
         watch = _Teardown(self, proc, states)
         open_streams = 2
+        exited = False
         t_start = time.monotonic()
-        while open_streams or proc.poll() is None:
+        while open_streams or not exited:
             try:
                 kind, payload = self._events.get(timeout=0.1)
             except queue.Empty:
@@ -142,6 +144,8 @@ class Job:
                     self._handle_line(kind, payload, states, watch)
             elif kind == "signal":
                 watch.on_signal(payload)
+            elif kind == "exited":
+                exited = True
             now = time.monotonic()
             if watch.reason is None:
                 self._check_hang(states, now, watch)
@@ -155,6 +159,9 @@ class Job:
         for t in readers:
             t.join(timeout=1.0)
         code, reason = watch.outcome(proc.returncode)
+        if watch.root_cause is not None:
+            cause = states[watch.root_cause]
+            self.console.message(failure_report(cause, len(states), self._log_hint(cause.index)))
         return AttemptResult(restart, code, reason, watch.root_cause, states, proc.returncode,
                              started, time.time())
 
@@ -191,11 +198,10 @@ class Job:
             state.ended = True
             state.exit_code, state.signal = record.get("code"), record.get("signal")
             state.duration, state.stopped = record.get("duration"), bool(record.get("stopped"))
+            state.ended_at = record.get("ended_at")
             state.error, state.tail = record.get("error"), record.get("tail") or []
             logger.info("instance %d ended: code %s signal %s", state.index, state.exit_code, state.signal)
-            if state.failed and watch.reason is None:
-                watch.root_cause = state.index
-                self.console.message(failure_report(state, len(states), self._log_hint(state.index)))
+            if state.failed:
                 watch.begin("failed", FAILURE_GRACE_S)
 
     def _check_hang(self, states: list[InstanceState], now: float, watch: "_Teardown") -> None:
@@ -310,8 +316,12 @@ class _Teardown:
             return (EXIT_INTERRUPTED if self.signal == signal.SIGINT else EXIT_TERMINATED), "interrupted"
         if self.reason == "hang":
             return EXIT_HANG, "hang"
-        if self.root_cause is not None:
-            return self.states[self.root_cause].shell_code, "failed"
+        failed = [s for s in self.states if s.failed]
+        if self.reason == "failed" and failed:
+            # The first to die is the cause: peers may fail soon after, from MPI noticing the death.
+            first = min(failed, key=lambda s: (s.ended_at if s.ended_at is not None else float("inf"), s.index))
+            self.root_cause = first.index
+            return first.shell_code, "failed"
         if self.reason == "failed":
             return 1, "failed"
         if returncode not in (0, None) or any(not s.ended for s in self.states):

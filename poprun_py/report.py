@@ -22,6 +22,7 @@ class InstanceState:
     exit_code: int | None = None
     signal: int | None = None
     duration: float | None = None
+    ended_at: float | None = None  # wall clock, from the agent's host
     stopped: bool = False  # ended because the launcher asked it to
     error: dict | None = None
     tail: list[str] = field(default_factory=list)

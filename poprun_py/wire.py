@@ -16,7 +16,7 @@ MARK = b"\x1e"
 START = "start"  # i, pid, host, cpus
 OUT = "out"  # i, s ("out"|"err"), k ("line"|"frame"), x (text without its terminator)
 PROGRESS = "progress"  # i, what, n (reports so far)
-EXIT = "exit"  # i, code, signal, duration, error (dict|None), tail (list[str])
+EXIT = "exit"  # i, code, signal, duration, stopped, ended_at (epoch s), error (dict|None), tail (list[str])
 
 
 def encode(kind: str, **fields: Any) -> bytes:

@@ -75,7 +75,8 @@ def test_exception_brings_the_job_down_with_root_cause(tmp_path):
     attempt = run["attempts"][0]
     assert (attempt["reason"], attempt["root_cause_instance"], attempt["exit_code"]) == ("failed", 2, 1)
     assert [i["exit_code"] for i in attempt["instances"]][2] == 1
-    assert all(i["stopped_by_launcher"] for k, i in enumerate(attempt["instances"]) if k != 2)
+    # the others were stopped by the launcher, or died of MPI noticing instance 2's death first
+    assert all(i["stopped_by_launcher"] or i["exit_code"] != 0 for k, i in enumerate(attempt["instances"]) if k != 2)
     assert "bad batch" in (tmp_path / "logs" / "attempt_0" / "instance_2" / "stderr.log").read_text()
     assert_no_leftovers(str(tmp_path))
 
