@@ -104,7 +104,8 @@ _END = object()
 class Loader:
     """Iterates this instance's share of every global batch, one epoch per ``for`` loop.
 
-    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch; ``position`` is
+    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch, and
+    ``loader.take(n)`` the next ``n`` batches across epochs; ``position`` is
     the (epoch, step) of the *next* batch and moves when a batch is handed out, so saving it after
     a training step and restoring it with :meth:`set_position` replays exactly the batches an
     uninterrupted run would see. ``prefetch=0`` builds batches on the calling thread.
@@ -220,19 +221,31 @@ class Loader:
         self.stats.batches += 1
 
     def __iter__(self) -> Iterator[Batch]:
-        epoch, first = self._position
+        """The batches from ``position`` to the end of its epoch."""
+        epoch, step = self._position
+        return self._batches(epoch, step, self.steps_per_epoch - step)
+
+    def take(self, num_steps: int) -> Iterator[Batch]:
+        """The next ``num_steps`` batches from ``position``, crossing epoch boundaries without a stall."""
+        if num_steps < 0:
+            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        return self._batches(*self._position, num_steps)
+
+    def _positions(self, epoch: int, step: int, count: int) -> Iterator[tuple[int, int]]:
+        for _ in range(count):
+            yield epoch, step
+            epoch, step = (epoch + 1, 0) if step + 1 == self.steps_per_epoch else (epoch, step + 1)
+
+    def _batches(self, epoch: int, step: int, count: int) -> Iterator[Batch]:
         if self.prefetch == 0:
-            for step in range(first, self.steps_per_epoch):
-                batch = self.batch_at(epoch, step)
+            for position in self._positions(epoch, step, count):
+                batch = self.batch_at(*position)
                 self._advance(batch)
                 yield batch
             return
-        yield from self._prefetched(epoch, first)
-
-    def _prefetched(self, epoch: int, first: int) -> Iterator[Batch]:
         ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
-        worker = threading.Thread(target=self._produce, args=(epoch, first, ready, stop),
+        worker = threading.Thread(target=self._produce, args=(self._positions(epoch, step, count), ready, stop),
                                   name="data-loader", daemon=True)
         worker.start()
         try:
@@ -250,7 +263,7 @@ class Loader:
             stop.set()
             worker.join()
 
-    def _produce(self, epoch: int, first: int, ready: queue.Queue, stop: threading.Event) -> None:
+    def _produce(self, positions: Iterator[tuple[int, int]], ready: queue.Queue, stop: threading.Event) -> None:
         def put(item) -> bool:
             while not stop.is_set():
                 try:
@@ -261,18 +274,24 @@ class Loader:
             return False
 
         try:
-            for step in range(first, self.steps_per_epoch):
-                if not put(self.batch_at(epoch, step)):
+            for position in positions:
+                if not put(self.batch_at(*position)):
                     return
             put(_END)
         except BaseException as err:  # handed to the training thread, which re-raises it
             put(_Failure(err))
 
 
-def evaluation_loader(dataset: Dataset, spec: BatchSpec, *, prefetch: int = 3, cache: str = "auto") -> Loader:
-    """Validation order: no shuffle, no augmentation, the last batch padded and masked.
+def evaluation_loader(dataset: Dataset, spec: BatchSpec, *, out_size: tuple[int, int] | None = None,
+                      prefetch: int = 3, cache: str = "auto") -> Loader:
+    """Validation order: no shuffle, no random augmentation, the last batch padded and masked.
 
     Every validation sample appears exactly once with ``mask=True`` across all replicas.
+    ``out_size`` resizes whole images (bilinear, no crop, no flip) to the training resolution.
     """
-    return Loader(dataset, spec, seed=0, augment=False, drop_remainder=False, prefetch=prefetch,
+    resize = None
+    if out_size is not None:
+        h, w, _ = dataset.info.image_shape
+        resize = AugmentConfig(out_size=out_size, scale=(1.0, 1.0), ratio=(w / h, w / h), flip=False)
+    return Loader(dataset, spec, seed=0, augment=resize or False, drop_remainder=False, prefetch=prefetch,
                   shuffle=False, cache=cache)

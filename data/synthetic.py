@@ -52,12 +52,13 @@ def synthetic_block(spec: SyntheticSpec, start: int, stop: int, split_seed: int 
     """
     patterns = class_patterns(spec)
     rng = np.random.default_rng([spec.seed, split_seed, start])
+    count = stop - start
     labels = (np.arange(start, stop, dtype=np.int64) * 7919) % spec.num_classes
     max_shift = max(1, min(spec.height, spec.width) // 8)
-    images = np.empty((stop - start, spec.height, spec.width, spec.channels), np.uint8)
-    for i, label in enumerate(labels):
-        dy, dx = rng.integers(-max_shift, max_shift + 1, size=2)
-        pattern = np.roll(patterns[label], (dy, dx), axis=(0, 1))
-        noisy = 128.0 + 80.0 * pattern + rng.normal(0.0, spec.noise, size=pattern.shape)
-        images[i] = np.clip(noisy + 0.5, 0, 255).astype(np.uint8)
+    dy, dx = rng.integers(-max_shift, max_shift + 1, size=(2, count))
+    ys = (np.arange(spec.height)[None, :] - dy[:, None]) % spec.height  # np.roll by (dy, dx), per sample
+    xs = (np.arange(spec.width)[None, :] - dx[:, None]) % spec.width
+    shifted = patterns[labels[:, None, None], ys[:, :, None], xs[:, None, :]]
+    noise = rng.standard_normal(shifted.shape, dtype=np.float32) * np.float32(spec.noise)
+    images = np.clip(128.5 + 80.0 * shifted + noise, 0, 255).astype(np.uint8)
     return images, labels

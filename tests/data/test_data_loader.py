@@ -180,3 +180,27 @@ def test_bad_loader_arguments(train):
         BatchSpec(micro_batch=1, num_instances=2, instance_index=2)
     with pytest.raises(ValueError, match="cache must be one of"):
         Loader(train, BatchSpec(micro_batch=1), cache="disk")
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_take_crosses_epochs_like_epoch_loops(train, prefetch):
+    spec = BatchSpec(micro_batch=6)
+    by_epoch = Loader(train, spec, seed=5, prefetch=prefetch)
+    expected = list(by_epoch) + list(by_epoch)
+    stepped = Loader(train, spec, seed=5, prefetch=prefetch)
+    stepped.set_position(0, 2)
+    got = list(stepped.take(9))
+    assert [(b.epoch, b.step) for b in got] == [(b.epoch, b.step) for b in expected[2:11]]
+    assert all(np.array_equal(a.sample_ids, b.sample_ids) for a, b in zip(got, expected[2:11]))
+    assert stepped.position == (1, 5)
+
+
+def test_evaluation_resize_keeps_the_whole_image(tiny_file):
+    validation = open_dataset(tiny_file, "validation")
+    same = evaluation_loader(validation, BatchSpec(micro_batch=5), out_size=(6, 5))
+    plain = evaluation_loader(validation, BatchSpec(micro_batch=5))
+    assert all(np.array_equal(a.images, b.images) for a, b in zip(same, plain))
+    bigger = list(evaluation_loader(validation, BatchSpec(micro_batch=5), out_size=(12, 10)))
+    assert bigger[0].images.shape == (1, 1, 5, 12, 10, 3)
+    # every stored pixel except (0, 0) equals the row id, so the upsampled image keeps it away from the corner
+    assert np.array_equal(bigger[0].images[0, 0, :, 6, 6, 0], bigger[0].sample_ids[0, 0] % 251)
