@@ -22,7 +22,7 @@ def _format(path: Path) -> str:
 def save_state_dict(path: str | Path, state: dict[str, np.ndarray]) -> None:
     """Write ``state`` (name -> array) to ``path``; the extension picks the format."""
     path = Path(path)
-    arrays = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    arrays = {k: np.require(v, requirements="C") for k, v in state.items()}
     if _format(path) == ".npz":
         with open(path, "wb") as f:  # np.savez would append .npz to other names
             np.savez(f, **arrays)

@@ -77,12 +77,13 @@ class Layer:
         return []
 
     def _record(self, shape: Shape, flops_fwd: int, flops_bwd: int, saved: int,
-                kind: str | None = None, matmul: bool = False) -> LayerProfile:
+                kind: str | None = None, matmul: bool = False, own_params: bool = True) -> LayerProfile:
+        """One profile row; ``own_params=False`` for extra rows (fused activation, residual add)."""
         out = self.out_shape(shape)
         return LayerProfile(
             name=self.name, block=self.block, kind=kind or self.kind,
             flops_fwd=int(flops_fwd), flops_bwd=int(flops_bwd),
-            params=int(sum(p.data.size for p in self.params())),
+            params=int(sum(p.data.size for p in self.params())) if own_params else 0,
             activation_elems=int(np.prod(out)), saved_elems=int(saved), matmul=matmul)
 
 

@@ -129,5 +129,5 @@ class MBConv(Layer):
         out = self.body.profile(shape)
         if self.spec.residual:
             e = int(np.prod(shape))
-            out.append(self._record(shape, 2 * e, e, shape[0]))
+            out.append(self._record(shape, 2 * e, e, shape[0], own_params=False))
         return out

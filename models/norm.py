@@ -57,7 +57,7 @@ class _Norm(Layer):
         e = int(np.prod(shape))
         out = [self._record(shape, 8 * e, 12 * e, e)]
         if self.act != K.NONE:
-            out.append(self._record(shape, 4 * e, 6 * e, 0, kind="act"))
+            out.append(self._record(shape, 4 * e, 6 * e, 0, kind="act", own_params=False))
         return out
 
 

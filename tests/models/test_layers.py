@@ -27,7 +27,7 @@ def _randomise(norm, rng):
     norm.bias.data[:] = rng.standard_normal(norm.channels)
 
 
-@pytest.mark.parametrize("act,training", itertools.product([None, "silu", "relu"], [True, False]))
+@pytest.mark.parametrize("act,training", list(itertools.product([None, "silu", "relu"], [True, False])))
 def test_batch_norm(act, training):
     rng = np.random.default_rng(1)
     bn = BatchNorm2d("bn", "b", 8, eps=1e-3, momentum=0.1, act=act, dtype=np.float64)
@@ -55,7 +55,7 @@ def test_batch_norm_keeps_precision_with_a_large_mean():
     assert np.abs(y - exact).max() < 1e-5
 
 
-@pytest.mark.parametrize("act,groups", itertools.product([None, "silu", "relu"], [1, 2, 8]))
+@pytest.mark.parametrize("act,groups", list(itertools.product([None, "silu", "relu"], [1, 2, 8])))
 def test_group_norm(act, groups):
     rng = np.random.default_rng(2)
     gn = GroupNorm("gn", "b", 8, groups, eps=1e-3, act=act, dtype=np.float64)

@@ -1,0 +1,129 @@
+"""The Model contract: block ranges, float64 end-to-end gradients, RNG, buffers, dense net."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from models import build_model, softmax_cross_entropy
+from models.efficientnet import block_specs
+from models.layer import Rng
+from models.mbconv import MBConv, NormSpec
+from tests.models.gradcheck import check_layer
+
+
+def _batch(model, n=3, seed=0):
+    rng = np.random.default_rng(seed)
+    h, w, c = model.input_shape
+    return rng.standard_normal((n, h, w, c)).astype(model.dtype), rng.integers(0, 10, n)
+
+
+def test_split_block_ranges_equal_the_whole_model():
+    model = build_model("efficientnet-tiny", num_classes=10, resolution=16, dropout=0.0, drop_connect=0.0)
+    x, labels = _batch(model)
+    logits = model.forward(x, True)
+    _, dlogits = softmax_cross_entropy(logits, labels)
+    model.backward(dlogits)
+    whole = {p.name: p.grad.copy() for p in model.params()}
+    mid = model.forward_blocks(x, 0, "block4a", True).copy()
+    out = model.forward_blocks(mid, "block4a", None, True)
+    np.testing.assert_allclose(out, logits, rtol=1e-6, atol=1e-6)
+    dmid = model.backward_blocks(dlogits, 4, 9).copy()
+    assert dmid.shape == mid.shape
+    assert model.backward_blocks(dmid, "stem", "block4a", need_dx=False) is None
+    for p in model.params():
+        np.testing.assert_allclose(p.grad, whole[p.name], rtol=1e-5, atol=1e-6, err_msg=p.name)
+    with pytest.raises(ValueError, match="unknown"):
+        model.forward_blocks(x, "block9z")
+    with pytest.raises(ValueError, match="empty"):
+        model.forward_blocks(x, 3, 3)
+
+
+@pytest.mark.parametrize("name", ["efficientnet-tiny", "efficientnet-tiny-g16-gn"])
+def test_float64_model_gradients_by_finite_differences(name):
+    model = build_model(name, num_classes=5, resolution=12, dtype=np.float64, seed=1, drop_connect=0.3, dropout=0.2)
+    x, labels = _batch(model, n=4)
+    labels = labels % 5
+
+    def loss_at():
+        model.set_rng(np.random.default_rng(42))  # the same dropout and drop-connect draws every time
+        return softmax_cross_entropy(model.forward(x, True), labels, label_smoothing=0.1)
+
+    _, dlogits = loss_at()
+    dx = model.backward(dlogits)
+    rng = np.random.default_rng(0)
+    checks = [("x", x, dx.copy())] + [(p.name, p.data, p.grad.copy()) for p in rng.choice(model.params(), 12)]
+    for name_, arr, grad in checks:
+        for i in rng.choice(arr.size, min(3, arr.size), replace=False):
+            flat, old = arr.reshape(-1), arr.reshape(-1)[i]
+            flat[i] = old + 1e-6
+            up = loss_at()[0]
+            flat[i] = old - 1e-6
+            down = loss_at()[0]
+            flat[i] = old
+            numeric = (up - down) / 2e-6
+            assert abs(grad.reshape(-1)[i] - numeric) <= 1e-5 * max(np.abs(grad).max(), 1e-3), name_
+
+
+def test_mbconv_block_with_drop_connect_gradients():
+    holder = Rng()
+    spec = block_specs(__import__("models").efficientnet_config("efficientnet-tiny"))[1]
+    spec = type(spec)(**{**spec.__dict__, "stride": 1, "cout": spec.cin, "drop_prob": 0.5})
+    block = MBConv(spec, NormSpec(), "same", holder, np.float64, np.random.default_rng(0))
+    x = np.random.default_rng(1).standard_normal((4, 5, 5, spec.cin))
+    check_layer(block, x, samples=6, reset=lambda: setattr(holder, "gen", np.random.default_rng(3)))
+
+
+def test_set_rng_makes_dropout_and_drop_connect_reproducible():
+    model = build_model("efficientnet-tiny", num_classes=10, resolution=16, drop_connect=0.5, dropout=0.5)
+    x, _ = _batch(model)
+    model.set_rng(np.random.default_rng(9))
+    a = model.forward(x, True)
+    model.set_rng(np.random.default_rng(9))
+    b = model.forward(x, True)
+    c = model.forward(x, True)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(b, c)
+    np.testing.assert_array_equal(model.forward(x, False), model.forward(x, False))
+
+
+def test_training_step_reuses_buffers_once_warm():
+    model = build_model("efficientnet-tiny", num_classes=10, resolution=64)
+    x, labels = _batch(model, n=32)
+    for _ in range(2):
+        _, d = softmax_cross_entropy(model.forward(x, True), labels)
+        model.backward(d, need_dx=False)
+    tracemalloc.start()
+    _, d = softmax_cross_entropy(model.forward(x, True), labels)
+    model.backward(d, need_dx=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    stem_output = 32 * 32 * 32 * 8 * 4  # bytes of the smallest large activation
+    assert peak < stem_output, f"a warm step allocated up to {peak} bytes at once"
+
+
+def test_input_checks():
+    model = build_model("efficientnet-tiny", num_classes=10)
+    with pytest.raises(ValueError, match="NHWC"):
+        model.forward(np.zeros((2, 3, 32, 32), np.float32), True)
+
+
+def test_dense_mnist_network():
+    model = build_model("dense-mnist", hidden=(32, 16))
+    assert model.blocks() == ["fc1", "fc2", "fc3"]
+    assert [p.name for p in model.params()] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
+                                                "fc3.bias"]
+    assert model.state_dict()["fc1.weight"].shape == (32, 784)
+    m64 = build_model("dense-mnist", hidden=(6,), dtype=np.float64, resolution=4)
+    x, labels = _batch(m64, n=5)
+    _, d = softmax_cross_entropy(m64.forward(x, True), labels)
+    m64.backward(d)
+    w = m64.params()[0]
+    grad, old = w.grad[2, 3], w.data[2, 3]
+    w.data[2, 3] = old + 1e-6
+    up = softmax_cross_entropy(m64.forward(x, True), labels)[0]
+    w.data[2, 3] = old - 1e-6
+    down = softmax_cross_entropy(m64.forward(x, True), labels)[0]
+    assert grad == pytest.approx((up - down) / 2e-6, rel=1e-6, abs=1e-9)
