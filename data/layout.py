@@ -50,7 +50,7 @@ def channel_stats(sums: np.ndarray, squares: np.ndarray, count: int) -> tuple[np
 class DatasetWriter:
     """Writes a dataset file block by block, then publishes it atomically.
 
-    Rows go to ``<path>.partial``; :meth:`close` checks that every row was written, stores the
+    Rows go to ``<path>.<pid>.partial``; :meth:`close` checks that every row was written, stores the
     train split's channel mean/std and renames the file into place, so a crashed conversion
     never leaves a half-written file under the final name.
     """
@@ -75,7 +75,7 @@ class DatasetWriter:
         if min(split_sizes.values()) <= 0:
             raise ValueError(f"every split needs at least one sample, got {split_sizes}")
         self.path = Path(path)
-        self._partial = self.path.with_name(self.path.name + ".partial")
+        self._partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")  # one per writer process
         self._file = h5py.File(self._partial, "w")
         self._written = {split: 0 for split in SPLITS}
         self._sizes = dict(split_sizes)
