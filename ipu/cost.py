@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ipu.pipeline import StageSplit, replica_schedule, split_stages
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
+from ipu.schedule import recomputes
 from ipu.specs import IpuSpec, PodSpec
 from ipu.timeline import slot_durations
 from models.profile import LayerProfile
@@ -104,8 +105,8 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
         "weight_update": _weight_update_s(plan, spec, profile, split),
     }
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
-    if plan.recompute and split.num_stages > 1:
-        flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage) if s < split.num_stages - 1) / plan.micro_batch
+    flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage)
+                 if recomputes(s, split.num_stages, plan.recompute)) / plan.micro_batch
     return Prediction(plan, breakdown, tuple(per_mb), tuple(stage_costs), io_total, overlapped, flops)
 
 
@@ -136,7 +137,7 @@ def _stage_costs(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfile], 
         parts = [layer_seconds(layer, spec, tiles, half, plan.available_memory_proportion) for layer in layers]
         fc, fx, bc, bx = (sum(p[i] for p in parts) for i in range(4))
         send = layers[-1].activation_elems * act_bytes / link_bw if s < split.num_stages - 1 else 0.0
-        recompute = plan.recompute and s < split.num_stages - 1
+        recompute = recomputes(s, split.num_stages, plan.recompute)
         cost = {"FWD": fc + fx + send, "BWD": bc + bx + send}
         if recompute:
             cost["RECOMP"] = fc + fx

@@ -32,8 +32,8 @@ from models.profile import LayerProfile
 
 TENSOR_GRAIN_BYTES = 4 * KIB  # assumed: a tensor is spread over ceil(bytes / grain) tiles at most
 CODE_BYTES_PER_TILE = 32 * KIB  # assumed: control program, runtime and vertex state base per tile
-CODE_BYTES_PER_LAYER_PER_TILE = 96  # assumed: vertex code and descriptors each layer adds per tile
-EXCHANGE_BYTES_PER_LAYER_PER_TILE = 64  # assumed: exchange code each layer adds per tile
+CODE_BYTES_PER_LAYER_PER_TILE = 192  # assumed: ~8 compute sets (fwd + bwd) x ~24 B of vertex state and control code
+EXCHANGE_BYTES_PER_LAYER_PER_TILE = 128  # assumed: ~8 exchanges (fwd + bwd) x ~16 B of exchange code per tile
 CONV_WORKSPACE_FACTOR = 2.0  # assumed: a conv/matmul plan wants 2 x (input + output) as workspace
 CATEGORIES = ("weights", "optimizer", "accumulators", "stash", "temporaries", "code", "exchange")
 CONSUMERS_SHOWN = 5
@@ -135,7 +135,7 @@ def out_of_memory_message(ipu: IpuMemory, plan: IpuPlan) -> str:
 
 def _remedies(plan: IpuPlan) -> list[str]:
     fixes = []
-    if not plan.recompute and plan.ipus_per_replica > 1:
+    if not plan.recompute:
         fixes.append("enable recomputation (recompute=True)")
     if plan.micro_batch > 1:
         fixes.append(f"a smaller micro-batch (now {plan.micro_batch})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ipu.schedule import Schedule, build_schedule
+from ipu.schedule import Schedule, build_schedule, recomputes
 from models.profile import LayerProfile
 
 
@@ -90,7 +90,9 @@ def stashed_elems(
     Without recomputation a stage stashes every layer's saved elements (``ipu_saved_elems``) for each micro-batch in
     flight. With it (``schedule.recompute``) a stage stashes only its input per micro-batch in
     flight, and holds one micro-batch's saved activations while it recomputes and backpropagates
-    (the last stage does not recompute: its backward follows its forward). ``input_elems`` is
+    (the last stage does not recompute: its backward follows its forward). A single-stage
+    replica with recomputation keeps each block's input as a checkpoint and recomputes one block
+    at a time, so it holds the checkpoints plus the largest block's activations. ``input_elems`` is
     the size of stage 0's input (the image micro-batch).
     """
     out = []
@@ -98,7 +100,9 @@ def stashed_elems(
         layers = split.layers(profile, s)
         in_flight = schedule.max_in_flight(s)
         stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
-        if schedule.recompute and s < split.num_stages - 1:
+        if recomputes(s, split.num_stages, schedule.recompute) and split.num_stages == 1:
+            tensors = _block_checkpoints(layers, stage_input)
+        elif recomputes(s, split.num_stages, schedule.recompute):
             tensors = {f"stage input x{in_flight}": in_flight * stage_input}
             tensors.update(_saved_by_block(layers, 1, " (recomputed)", stage_input))
         else:
@@ -123,6 +127,19 @@ def ipu_saved_elems(layers: Sequence[LayerProfile], input_elems: int) -> list[in
         out.append(saved)
         previous = layer.activation_elems
     return out
+
+
+def _block_checkpoints(layers: Sequence[LayerProfile], input_elems: int) -> dict[str, int]:
+    saved = _saved_by_block(layers, 1, " (recomputed)", input_elems)
+    largest = max(saved, key=saved.__getitem__)
+    tensors = {largest: saved[largest]}
+    previous = input_elems
+    for layer in layers:
+        key = f"checkpoint {layer.block}"
+        if key not in tensors:
+            tensors[key] = previous
+        previous = layer.activation_elems
+    return tensors
 
 
 def _saved_by_block(layers: Sequence[LayerProfile], copies: int, suffix: str, input_elems: int) -> dict[str, int]:
@@ -188,5 +205,5 @@ def split_stages(profile: Sequence[LayerProfile], num_stages: int, splits: Seque
 def replica_schedule(kind: str, num_stages: int, gradient_accumulation: int, recompute: bool) -> Schedule:
     """The schedule one replica runs per weight update; a single stage runs sequentially."""
     if num_stages == 1:
-        return build_schedule("sequential", 1, gradient_accumulation, recompute=False)
+        return build_schedule("sequential", 1, gradient_accumulation, recompute)
     return build_schedule(kind, num_stages, gradient_accumulation, recompute)

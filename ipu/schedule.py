@@ -14,7 +14,9 @@ slot lasts as long as its busiest IPU.
   dependencies allow. Slower (forward and backward no longer share a slot); stage s stashes at
   most S - s micro-batches.
 * ``sequential``: one micro-batch at a time through all stages, one operation per slot, as a
-  sharded (unpipelined) model. Slowest; one micro-batch stashed per stage.
+  sharded (unpipelined) model. Slowest; one micro-batch stashed per stage. A single-IPU replica
+  runs this way (with recomputation: between block checkpoints, as Graphcore's single-IPU
+  "pipeline" with recomputation does, ref §8).
 
 The reference (§8) names the schedules and their trade-offs but not their exact slot layout;
 the layouts above are this emulator's model of them.
@@ -85,11 +87,20 @@ def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute
     return Schedule(kind, num_stages, num_micro_batches, recompute, ops)
 
 
+def recomputes(stage: int, num_stages: int, recompute: bool) -> bool:
+    """Whether ``stage`` recomputes its forward before backward.
+
+    Every stage but the last of a pipeline does (the last one's backward follows its forward);
+    a single-stage replica recomputes between block checkpoints.
+    """
+    return recompute and (stage < num_stages - 1 or num_stages == 1)
+
+
 def _with_recompute(stage_ops: list[Op], num_stages: int, recompute: bool) -> list[Op]:
-    """Insert RECOMP.m before BWD.m, except on the last stage, whose backward follows its forward."""
+    """Insert RECOMP.m before BWD.m on the stages that recompute."""
     out: list[Op] = []
     for op in stage_ops:
-        if recompute and op.kind == "BWD" and op.stage < num_stages - 1:
+        if op.kind == "BWD" and recomputes(op.stage, num_stages, recompute):
             out.append(Op("RECOMP", op.micro_batch, op.stage, op.slot))
         out.append(op)
     return out

@@ -34,10 +34,13 @@ def test_recipe_without_recomputation_runs_out_of_memory(b4_g16):
     assert isinstance(err.value, ValueError)
 
 
-def test_whole_b4_on_one_ipu_does_not_fit(b4_g16):
-    plan = replace(PRESETS["g16-b4-pod16"], ipus_per_replica=1, pipeline_splits=(), gradient_accumulation=512)
+def test_whole_b4_on_one_ipu_needs_recomputation_checkpoints(b4_g16):
+    plan = replace(PRESETS["g16-b4-pod16"], ipus_per_replica=1, pipeline_splits=(), gradient_accumulation=512,
+                   recompute=False)
     memory = fit(plan, b4_g16)
     assert not memory.fits and memory.ipus[0].tiles_over > 1000
+    checkpointed = fit(replace(plan, recompute=True), b4_g16).ipus[0]
+    assert checkpointed.by_category["stash"] < memory.ipus[0].by_category["stash"] / 4
 
 
 def test_larger_micro_batch_needs_more_memory():

@@ -88,3 +88,17 @@ def test_a_conv_keeps_its_input_not_an_im2col_expansion():
     layers = [toy_layer("c", "stem", act=10, saved=27), toy_layer("n", "stem", act=10, saved=10, matmul=False, kind="norm"),
               toy_layer("d", "stem", act=5, saved=90, kind="dwconv")]
     assert ipu_saved_elems(layers, input_elems=3) == [3, 10, 10]
+
+
+def test_single_ipu_recomputation_keeps_block_checkpoints(toy_profile):
+    split = split_at(toy_profile, [])
+    s = replica_schedule("grouped", 1, 2, recompute=True)
+    assert s.labels() == [["FWD.1", "RECOMP.1", "BWD.1", "FWD.2", "RECOMP.2", "BWD.2"]]
+    (stash,) = stashed_elems(toy_profile, split, s, input_elems=100)
+    # block inputs: stem <- image (100), block1a <- stem (8), block2a <- block1a (10), head <- block2a (10);
+    # plus the largest block's saved activations (stem: 5 + 6), recomputed one block at a time
+    assert stash == {"activations stem (recomputed)": 11, "checkpoint stem": 100, "checkpoint block1a": 8,
+                     "checkpoint block2a": 10, "checkpoint head": 10}
+    plain = stashed_elems(toy_profile, split, replica_schedule("grouped", 1, 2, recompute=False), 100)
+    assert plain[0] == {"activations stem x1": 11, "activations block1a x1": 7, "activations block2a x1": 8,
+                        "activations head x1": 9}

@@ -1,0 +1,225 @@
+"""The data-parallel training engine: local replicas, one fused all-reduce, one optimizer step.
+
+Each weight update (``Engine.train_step``):
+
+1. every local replica runs its gradient-accumulation micro-batches and adds the gradients of
+   ``loss_scale * mean micro-batch loss`` into ONE preallocated flat float32 buffer (views per
+   parameter), so local replicas are summed in-process;
+2. one ``comm.allreduce(flat, "sum")`` across instances, then ``flat /= total_replicas * A``:
+   the mean over every micro-batch of every replica;
+3. the loss scaler unscales and checks the gradients; metrics (loss, correct, count) are summed
+   across instances in one small float64 all-reduce, so every instance sees the same verdict;
+4. the same optimizer step, with the schedule's learning rate, on every instance (and the EMA).
+
+At start the weights and buffers are broadcast from instance 0. Every ``checksum_every``
+updates a float64 digest of the weights is all-gathered and compared; a mismatch raises
+:class:`WeightDivergenceError` naming the instances that differ from instance 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.replica import Replica, ReplicaResult
+from models.loss_scaling import LossScaler, NonFiniteLossError
+from poprun_py.progress import report_progress
+
+logger = logging.getLogger(__name__)
+
+
+class WeightDivergenceError(RuntimeError):
+    """Instances hold different weights: a bug, a non-deterministic kernel or corrupted memory."""
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One weight update, reduced over every replica of every instance."""
+
+    step: int  # 0-based index of this update
+    loss: float  # mean (unscaled) training loss over the global batch
+    accuracy: float  # top-1 against the un-mixed labels
+    lr: float
+    applied: bool  # False when dynamic loss scaling skipped the update
+    loss_scale: float
+    samples: int  # global batch
+    compute_s: float  # local replicas' forward/backward
+    sync_s: float  # the gradient all-reduce (and the 1/N scaling)
+    update_s: float  # unscale, checks, optimizer, EMA
+
+
+def flat_views(params, flat: np.ndarray) -> list[np.ndarray]:
+    """One view of ``flat`` per parameter, shaped like it, in order, back to back."""
+    views, offset = [], 0
+    for p in params:
+        views.append(flat[offset:offset + p.data.size].reshape(p.data.shape))
+        offset += p.data.size
+    if offset != flat.size:
+        raise ValueError(f"flat buffer holds {flat.size} values but the parameters need {offset}")
+    return views
+
+
+def weight_digest(params) -> np.ndarray:
+    """float64 [sum of weights, position-weighted sum]: equal weights give bitwise equal digests."""
+    total = positional = 0.0
+    for i, p in enumerate(params):
+        s = float(np.sum(p.data, dtype=np.float64))
+        total += s
+        positional += (i + 1) * s + float(np.dot(p.data.reshape(-1)[:64].astype(np.float64), np.arange(1, min(p.data.size, 64) + 1)))
+    return np.array([total, positional], dtype=np.float64)
+
+
+class Engine:
+    """Drives ``replicas`` (this instance's) of ``model`` and keeps every instance in step."""
+
+    def __init__(self, model, optimizer, schedule, comm, replicas: Sequence[Replica], *, grad_accum: int,
+                 total_replicas: int, scaler: LossScaler, ema=None, ema_every_step: bool = False,
+                 checksum_every: int = 0) -> None:
+        if total_replicas != len(replicas) * comm.size:
+            raise ValueError(f"{total_replicas} total replicas but {len(replicas)} local replicas x "
+                             f"{comm.size} instances; every instance must run the same number of replicas")
+        self.model, self.optimizer, self.schedule, self.comm = model, optimizer, schedule, comm
+        self.replicas = list(replicas)
+        self.params = model.params()
+        self.grad_accum, self.total_replicas = int(grad_accum), int(total_replicas)
+        self.scaler, self.ema, self.ema_every_step = scaler, ema, ema_every_step
+        self.checksum_every = int(checksum_every)
+        dtype = np.float32 if all(p.data.dtype == np.float32 for p in self.params) else np.float64
+        self.flat = np.zeros(sum(p.data.size for p in self.params), dtype=dtype)
+        self.views = flat_views(self.params, self.flat)
+        self.step = 0  # weight updates done (applied or skipped)
+        self.sync_seconds = 0.0
+
+    # -- start ---------------------------------------------------------------------------
+    def broadcast_initial_state(self) -> None:
+        """Copy instance 0's weights and buffers to every instance; reset the replicas' states."""
+        for p in self.params:
+            self._broadcast_array(p.data)
+        buffers = self.model.buffers()
+        for key in sorted(buffers):
+            self._broadcast_array(buffers[key])
+        for replica in self.replicas:
+            replica.load_state_dict({k: v.copy() for k, v in buffers.items()})
+
+    def _broadcast_array(self, array: np.ndarray) -> None:
+        if array.flags.c_contiguous:
+            self.comm.broadcast(array, root=0)
+        else:
+            tmp = np.ascontiguousarray(array)
+            self.comm.broadcast(tmp, root=0)
+            np.copyto(array, tmp)
+
+    # -- one weight update ---------------------------------------------------------------
+    def train_step(self, images: np.ndarray, labels: np.ndarray) -> StepMetrics:
+        """``images`` uint8 [local_replicas, A, M, H, W, C], ``labels`` [local_replicas, A, M]."""
+        self._check_batch(images, labels)
+        start = time.perf_counter()
+        self.flat.fill(0.0)
+        local = ReplicaResult()
+        for r, replica in enumerate(self.replicas):
+            local += replica.run(images[r], labels[r], step=self.step, grads=self.views,
+                                 loss_scale=self.scaler.scale)
+        computed = time.perf_counter()
+        self.comm.allreduce(self.flat, op="sum")
+        self.flat *= self.flat.dtype.type(1.0 / (self.total_replicas * self.grad_accum))
+        synced = time.perf_counter()
+        self.sync_seconds += synced - computed
+        totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
+        loss, accuracy, count = totals[0] / totals[2], totals[1] / totals[2], int(totals[2])
+        lr, applied, scale = self._update(loss)
+        self.step += 1
+        self._maybe_check_weights()
+        report_progress(f"step {self.step}")
+        done = time.perf_counter()
+        return StepMetrics(self.step - 1, loss, accuracy, lr, applied, scale, count, computed - start,
+                           synced - computed, done - synced)
+
+    def _check_batch(self, images: np.ndarray, labels: np.ndarray) -> None:
+        want = (len(self.replicas), self.grad_accum)
+        if images.shape[:2] != want or labels.shape[:2] != want:
+            raise ValueError(f"batch of shape {images.shape} / labels {labels.shape} does not match "
+                             f"[local_replicas={want[0]}, grad_accum={want[1]}, micro_batch, H, W, C]")
+
+    def _update(self, loss: float) -> tuple[float, bool, float]:
+        scale = self.scaler.scale
+        finite = self.scaler.unscale_([self.flat]) and math.isfinite(loss)
+        lr = self.schedule.lr_at(self.step)
+        if not self.scaler.update(finite, step=self.step, loss=loss):
+            return lr, False, scale
+        for p, g in zip(self.params, self.views):
+            np.copyto(p.grad, g)
+        self.optimizer.step(lr)
+        if self.ema is not None and self.ema_every_step:
+            self.ema.update()
+        return lr, True, scale
+
+    # -- checks --------------------------------------------------------------------------
+    def _maybe_check_weights(self) -> None:
+        if self.checksum_every and self.step % self.checksum_every == 0:
+            self.check_weights()
+
+    def check_weights(self) -> None:
+        """All-gather a float64 digest of the weights; raise if any instance differs from 0."""
+        digests = self.comm.allgather(weight_digest(self.params))
+        bad = [i for i in range(len(digests)) if not np.array_equal(digests[i], digests[0])]
+        if bad:
+            raise WeightDivergenceError(
+                f"weights diverged after update {self.step}: instance(s) {bad} differ from instance 0 "
+                f"(digests {digests[0].tolist()} vs {[digests[i].tolist() for i in bad]}); every instance must "
+                "apply the same all-reduced gradients: check for non-deterministic kernels, a different "
+                "config or code version on some instance, or hardware faults")
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, batches, use_ema: bool = False) -> tuple[float, float, int]:
+        """Mean loss, accuracy and sample count over an evaluation loader, reduced over instances.
+
+        Each replica evaluates its share with its own batch-norm statistics.
+        """
+        local = ReplicaResult()
+        ctx = self.ema.averaged() if (use_ema and self.ema is not None) else _nullcontext()
+        with ctx:
+            for batch in batches:
+                for r, replica in enumerate(self.replicas):
+                    local += replica.evaluate(batch.images[r], batch.labels[r], batch.mask[r])
+                report_progress("evaluating")
+        totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
+        count = int(totals[2])
+        if count == 0:
+            raise ValueError("evaluation saw no samples: the validation split is empty")
+        return totals[0] / count, totals[1] / count, count
+
+    # -- replica-local state across instances --------------------------------------------
+    def gather_replica_states(self) -> list[dict[str, np.ndarray]] | None:
+        """Every global replica's state (in replica order) on every instance; None if stateless."""
+        states = [r.state_dict() for r in self.replicas]
+        keys = sorted(states[0]) if states else []
+        if not keys:
+            return None
+        local = np.concatenate([np.concatenate([s[k].reshape(-1).astype(np.float64) for k in keys]) for s in states])
+        gathered = self.comm.allgather(local).reshape(self.total_replicas, -1)
+        template = states[0]
+        out = []
+        for row in gathered:
+            state, offset = {}, 0
+            for k in keys:
+                n = template[k].size
+                state[k] = row[offset:offset + n].reshape(template[k].shape).astype(template[k].dtype)
+                offset += n
+            out.append(state)
+        return out
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+__all__ = ["Engine", "NonFiniteLossError", "StepMetrics", "WeightDivergenceError", "flat_views", "weight_digest"]
