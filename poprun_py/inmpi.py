@@ -1,8 +1,8 @@
 """In-MPI mode: ``mpirun -n 16 poprun_py train.py`` or ``srun -n 16 poprun_py train.py``.
 
 The MPI launcher already started the processes; this one becomes instance ``rank`` of ``size``:
-it sets the PopDist contract in its own environment and runs the program, a ``.py`` script in
-this same interpreter (with the bootstrap's failure hooks, which call MPI_Abort so that the MPI
+it sets the PopDist contract in its own environment and runs the program, a Python program
+(``train.py``, ``python train.py``, ``python -m pkg.mod``) in this same interpreter (with the bootstrap's failure hooks, which call MPI_Abort so that the MPI
 launcher stops every rank), anything else by ``exec``.
 """
 
@@ -15,7 +15,7 @@ import socket
 import time
 
 from poprun_py import env as envc
-from poprun_py.bootstrap import run
+from poprun_py.bootstrap import run, wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import RankInfo
 from poprun_py.topology import assign_instances
@@ -32,12 +32,13 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
     os.environ.update(envc.instance_env(info, run_id=run_id, executable_cache_path=config.executable_cache_path))
     logger.info("instance %d of %d (%s ranks), replicas %s", index, config.num_instances,
                 rank.source if rank else "no MPI", list(info.replicas))
-    program = list(config.program)
-    if program[0].endswith(".py"):
-        run(program, as_module=False)
-        return 0
-    if program[0] == "-m" and len(program) > 1:
-        run(program[1:], as_module=True)
+    program = wrap_python(list(config.program))
+    if "poprun_py.bootstrap" in program:  # a Python program for this interpreter: run it right here
+        target = program[program.index("poprun_py.bootstrap") + 1 :]
+        if target[0] == "-m":
+            run(target[1:], as_module=True)
+        else:
+            run(target, as_module=False)
         return 0
     os.execvp(program[0], program)
     return 127  # not reached
