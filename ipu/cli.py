@@ -52,7 +52,8 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
     profile = load_profile(plan)
     memory = fit(plan, profile)
     prediction = predict(plan, profile)
-    lines = [f"=== {name}: {plan.model} {dict(plan.model_overrides)} at {plan.image_size}px on {plan.system} ({plan.chip})",
+    title = f"{plan.model} {dict(plan.model_overrides)} at {plan.image_size}px on {plan.system} ({plan.chip})"
+    lines = [f"=== {name}: {title}",
              f"{plan.replicas} replicas x {plan.ipus_per_replica} IPUs, micro-batch {plan.micro_batch}, "
              f"GA {plan.gradient_accumulation} -> global batch {plan.global_batch}; {plan.schedule} schedule, "
              f"precision {plan.precision}, recompute {plan.recompute}, AMP {plan.available_memory_proportion}, "
@@ -67,7 +68,8 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
         hours = prediction.time_to_train_s() / 3600
         lines.append(f"published: {published} h to train -> published/predicted = {published / hours:.2f}")
     if report_dir:
-        schedule = replica_schedule(plan.schedule, plan.ipus_per_replica, min(plan.gradient_accumulation, 2 * plan.ipus_per_replica), plan.recompute)
+        shown = min(plan.gradient_accumulation, 2 * plan.ipus_per_replica)  # a readable number of micro-batches
+        schedule = replica_schedule(plan.schedule, plan.ipus_per_replica, shown, plan.recompute)
         plot_memory_report(memory, report_dir / f"memory_{name}.png")
         plot_timeline(schedule, prediction.stage_costs, report_dir / f"timeline_{name}.png")
         lines.append(format_timeline(schedule))
@@ -80,7 +82,8 @@ def format_prediction(p: Prediction, epochs: float | None = None) -> str:
     epochs = p.plan.epochs if epochs is None else epochs
     return (
         f"step (one weight update) {step * 1e3:.2f} ms: {parts}\n"
-        f"host IO {p.host_io_total_s * 1e3:.2f} ms per update, {'overlapped with' if p.io_overlapped else 'added to'} compute\n"
+        f"host IO {p.host_io_total_s * 1e3:.2f} ms per update, "
+        f"{'overlapped with' if p.io_overlapped else 'added to'} compute\n"
         f"throughput {p.images_per_s:,.0f} images/s for the POD ({p.utilisation():.1%} of peak FLOP/s, "
         f"{p.flops_per_image / 1e9:.1f} GFLOP per image)\n"
         f"time to train {epochs:g} epochs of {p.plan.dataset_images:,} images: {p.time_to_train_s(epochs) / 3600:.2f} h"

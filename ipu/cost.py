@@ -110,7 +110,9 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     return Prediction(plan, breakdown, tuple(per_mb), tuple(stage_costs), io_total, overlapped, flops)
 
 
-def layer_seconds(layer: LayerProfile, spec: IpuSpec, compute_tiles: int, half: bool, amp: float) -> tuple[float, float, float, float]:
+def layer_seconds(
+    layer: LayerProfile, spec: IpuSpec, compute_tiles: int, half: bool, amp: float
+) -> tuple[float, float, float, float]:
     """(forward compute, forward exchange+sync, backward compute, backward exchange+sync) of one layer."""
     if layer.matmul:
         per_cycle = spec.amp_fp16_flops_per_cycle if half else spec.amp_fp32_flops_per_cycle
@@ -162,7 +164,9 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     if r == 1:
         return 0.0
     grad_bytes = get_precision(plan.precision).accumulator_bytes
-    stage_bytes = [sum(layer.params for layer in split.layers(profile, s)) * grad_bytes for s in range(split.num_stages)]
+    stage_bytes = [
+        sum(layer.params for layer in split.layers(profile, s)) * grad_bytes for s in range(split.num_stages)
+    ]
     spec = pod.chip
     ring_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * ALLREDUCE_RING_LINKS * LINK_EFFICIENCY
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))

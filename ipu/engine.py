@@ -18,6 +18,7 @@ updates a float64 digest of the weights is all-gathered and compared; a mismatch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -70,7 +71,7 @@ def weight_digest(params) -> np.ndarray:
     for i, p in enumerate(params):
         s = float(np.sum(p.data, dtype=np.float64))
         total += s
-        positional += (i + 1) * s + float(np.dot(p.data.reshape(-1)[:64].astype(np.float64), np.arange(1, min(p.data.size, 64) + 1)))
+        positional += (i + 1) * s
     return np.array([total, positional], dtype=np.float64)
 
 
@@ -181,7 +182,7 @@ class Engine:
         Each replica evaluates its share with its own batch-norm statistics.
         """
         local = ReplicaResult()
-        ctx = self.ema.averaged() if (use_ema and self.ema is not None) else _nullcontext()
+        ctx = self.ema.averaged() if (use_ema and self.ema is not None) else contextlib.nullcontext()
         with ctx:
             for batch in batches:
                 for r, replica in enumerate(self.replicas):
@@ -212,14 +213,6 @@ class Engine:
                 offset += n
             out.append(state)
         return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 __all__ = ["Engine", "NonFiniteLossError", "StepMetrics", "WeightDivergenceError", "flat_views", "weight_digest"]

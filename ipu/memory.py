@@ -126,7 +126,8 @@ def out_of_memory_message(ipu: IpuMemory, plan: IpuPlan) -> str:
     consumers = ", ".join(f"{name} {format_bytes(b)}" for name, b in ipu.consumers[:CONSUMERS_SHOWN])
     return (
         f"Out of memory on tile {ipu.worst_tile} of IPU {ipu.ipu}: {format_bytes(ipu.peak_tile_bytes)} required, "
-        f"{format_bytes(ipu.memory_per_tile)} available ({format_bytes(ipu.peak_tile_bytes - ipu.memory_per_tile)} over; "
+        f"{format_bytes(ipu.memory_per_tile)} available "
+        f"({format_bytes(ipu.peak_tile_bytes - ipu.memory_per_tile)} over; "
         f"{ipu.tiles_over} of {len(ipu.tile_bytes)} compute tiles over by {format_bytes(ipu.bytes_over)} in total). "
         f"poplar::graph_memory_allocation_error: Cannot fit all variable data onto one or more tiles. "
         f"Largest consumers on IPU {ipu.ipu}: {consumers}. To fit, try: {'; '.join(_remedies(plan))}"

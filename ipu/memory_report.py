@@ -22,7 +22,8 @@ def format_memory_report(memory: MemoryPlan) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [head, *rows]]
     io = memory.io
     lines.append(
-        f"IO tiles: {io.num_io_tiles} per IPU holding {format_bytes(io.io_bytes)} of {format_bytes(io.io_budget_bytes)}; "
+        f"IO tiles: {io.num_io_tiles} per IPU holding {format_bytes(io.io_bytes)} "
+        f"of {format_bytes(io.io_budget_bytes)}; "
         f"host IO {'overlaps' if io.overlap else 'does not overlap'} compute"
     )
     return "\n".join(lines)

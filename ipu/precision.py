@@ -47,7 +47,9 @@ PRECISIONS: dict[str, PrecisionMode] = {
 
 def get_precision(name: str) -> PrecisionMode:
     if name not in PRECISIONS:
-        raise ValueError(f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)} (for example --precision 16.16)")
+        raise ValueError(
+            f"unknown precision {name!r}: choose one of {', '.join(PRECISIONS)} (for example --precision 16.16)"
+        )
     return PRECISIONS[name]
 
 

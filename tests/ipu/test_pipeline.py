@@ -45,7 +45,8 @@ def test_balanced_b4_split_is_close_to_even(b4_g16):
 def test_gradient_accumulation_must_be_twice_the_stages():
     check_gradient_accumulation(8, 4)
     check_gradient_accumulation(1, 1)
-    with pytest.raises(ValueError, match="gradient accumulation 6 is too small for a 4-stage pipeline: it must be at least 2 x stages = 8"):
+    msg = "gradient accumulation 6 is too small for a 4-stage pipeline: it must be at least 2 x stages = 8"
+    with pytest.raises(ValueError, match=msg):
         check_gradient_accumulation(6, 4)
 
 
@@ -85,7 +86,8 @@ def test_blocks_must_be_contiguous():
 
 def test_a_conv_keeps_its_input_not_an_im2col_expansion():
     from ipu.pipeline import ipu_saved_elems
-    layers = [toy_layer("c", "stem", act=10, saved=27), toy_layer("n", "stem", act=10, saved=10, matmul=False, kind="norm"),
+    layers = [toy_layer("c", "stem", act=10, saved=27),
+              toy_layer("n", "stem", act=10, saved=10, matmul=False, kind="norm"),
               toy_layer("d", "stem", act=5, saved=90, kind="dwconv")]
     assert ipu_saved_elems(layers, input_elems=3) == [3, 10, 10]
 

@@ -32,7 +32,8 @@ def micro_batches():
 ])
 def test_pipelined_equals_unpipelined(micro_batches, splits, schedule, recompute):
     n = 2 * (len(splits) + 1)
-    result = PipelinedReplica(_model(), splits, schedule, recompute).run(micro_batches[:n], models.softmax_cross_entropy)
+    replica = PipelinedReplica(_model(), splits, schedule, recompute)
+    result = replica.run(micro_batches[:n], models.softmax_cross_entropy)
     ref_losses, ref_grads = _unpipelined(micro_batches[:n])
     np.testing.assert_allclose(result.losses, ref_losses, rtol=1e-5)
     for name, g in ref_grads.items():
@@ -54,7 +55,8 @@ def _unpipelined(batches):
 
 
 def test_execution_follows_the_schedule(micro_batches):
-    result = PipelinedReplica(_model(), ["block4a"], "grouped", True).run(micro_batches[:4], models.softmax_cross_entropy)
+    replica = PipelinedReplica(_model(), ["block4a"], "grouped", True)
+    result = replica.run(micro_batches[:4], models.softmax_cross_entropy)
     assert result.trace[0] == ["FWD.1", "FWD.2", "FWD.3", "FWD.4", "RECOMP.1", "BWD.1", "RECOMP.2", "BWD.2",
                                "RECOMP.3", "BWD.3", "RECOMP.4", "BWD.4"]
     # the last stage's caches are overwritten by the next forward, so it recomputes too
