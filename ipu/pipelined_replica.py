@@ -15,7 +15,10 @@ schedule (``ipu/schedule.py``) gives them, slot by slot; within a slot, stage by
   gradient to stage s - 1; the parameter gradients are accumulated over micro-batches.
 
 The model is used through its block contract only (``blocks``, ``params``, ``forward_blocks``,
-``backward_blocks``), so the result equals running the micro-batches one by one, unpipelined.
+``backward_blocks``, ``set_rng``), so the result equals running the micro-batches one by one,
+unpipelined. With ``seed`` given, every forward of (stage, micro-batch) and its recomputation
+draw dropout and drop-connect masks from the same generator, ``default_rng((seed, stage, m))``,
+so recomputation reproduces the forward exactly even with stochastic layers on.
 """
 
 from __future__ import annotations
@@ -58,11 +61,14 @@ class PipelinedReplica:
     def num_stages(self) -> int:
         return len(self.bounds)
 
-    def run(self, micro_batches: Sequence[tuple[np.ndarray, np.ndarray]], loss_fn: LossFn) -> PipelineResult:
+    def run(
+        self, micro_batches: Sequence[tuple[np.ndarray, np.ndarray]], loss_fn: LossFn, seed: int | None = None
+    ) -> PipelineResult:
         """Forward and backward every micro-batch through the pipeline; accumulate gradients."""
         check_gradient_accumulation(len(micro_batches), self.num_stages)
         schedule = build_schedule(self.schedule_kind, self.num_stages, len(micro_batches), self.recompute)
         state = _RunState(self.num_stages, self.model.params(), len(micro_batches))
+        state.seed = seed
         state.act_fifo[0].extend(x for x, _ in micro_batches)
         for op in _in_execution_order(schedule):
             if op.kind == "FWD":
@@ -77,6 +83,7 @@ class PipelinedReplica:
         s, m = op.stage, op.micro_batch
         x = state.act_fifo[s].popleft()
         state.stash[s][m] = x
+        self._seed_masks(state, s, m)
         y = self.model.forward_blocks(x, *self.bounds[s], training=True).copy()
         state.cached = (s, m)
         state.trace[s].append(op.label)
@@ -88,9 +95,14 @@ class PipelinedReplica:
 
     def _recompute(self, op: Op, state: _RunState) -> None:
         s, m = op.stage, op.micro_batch
+        self._seed_masks(state, s, m)
         self.model.forward_blocks(state.stash[s][m], *self.bounds[s], training=True)
         state.cached = (s, m)
         state.trace[s].append(f"RECOMP.{m + 1}")
+
+    def _seed_masks(self, state: _RunState, stage: int, micro_batch: int) -> None:
+        if state.seed is not None:
+            self.model.set_rng(np.random.default_rng((state.seed, stage, micro_batch)))
 
     def _backward(self, op: Op, state: _RunState) -> None:
         s, m = op.stage, op.micro_batch
@@ -121,6 +133,7 @@ class _RunState:
         self.losses = [0.0] * num_micro_batches
         self.trace: list[list[str]] = [[] for _ in range(num_stages)]
         self.cached: tuple[int, int] | None = None
+        self.seed: int | None = None
 
 
 def _in_execution_order(schedule: Schedule) -> list[Op]:
