@@ -237,3 +237,18 @@ def test_in_mpi_mode_failure_aborts_all_ranks(tmp_path):
     assert res.returncode != 0
     assert "bad batch on instance 2" in res.stderr
     assert_no_leftovers(str(tmp_path))
+
+
+def test_failure_stops_peers_that_ignore_sigterm_while_blocked(tmp_path):
+    script = write_script(tmp_path / "stubborn_peer.py", """
+import signal, sys, numpy as np, poprun_py as popdist
+popdist.init(); c = popdist.get_comm()
+signal.signal(signal.SIGTERM, lambda *a: print("SIGTERM ignored", flush=True))
+if popdist.getInstanceIndex() == 1:
+    sys.exit(4)
+c.barrier()  # blocked for good: instance 1 never arrives
+""")
+    res = poprun("--num-instances", "2", "--num-replicas", "2", "--grace-period", "600", "python", script)
+    assert res.returncode == 4  # the failure's grace is short, whatever --grace-period says
+    assert "instance 1 of 2 failed" in res.stderr
+    assert_no_leftovers(str(tmp_path))
