@@ -62,7 +62,8 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
     for ipu in memory.ipus:
         if not ipu.fits:
             lines.append(out_of_memory_message(ipu, plan))
-    lines += ["-- predicted cost on a real POD", format_prediction(prediction, epochs)]
+    lines.append("-- predicted cost on a real POD" + ("" if memory.fits else " (hypothetical: the program does not fit)"))
+    lines.append(format_prediction(prediction, epochs))
     published = PUBLISHED_HOURS_TO_TRAIN.get(name)
     if published:
         hours = prediction.time_to_train_s() / 3600

@@ -42,3 +42,10 @@ def test_unknown_preset_is_rejected(capsys):
 def test_module_entry_point_help():
     done = subprocess.run([sys.executable, "-m", "ipu", "predict", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--preset" in done.stdout
+
+
+def test_a_plan_that_does_not_fit_says_so(synthetic_profiles, capsys):
+    assert cli.main(["predict", "--preset", "g16-b4-pod16", "--chip", "mk1"]) == 0
+    out = capsys.readouterr().out
+    assert "Out of memory on tile" in out and "of IPU 0" in out and "of IPU 1" in out
+    assert "(hypothetical: the program does not fit)" in out
