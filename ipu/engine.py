@@ -56,12 +56,13 @@ class StepMetrics:
 
 def flat_views(params, flat: np.ndarray) -> list[np.ndarray]:
     """One view of ``flat`` per parameter, shaped like it, in order, back to back."""
+    need = sum(p.data.size for p in params)
+    if need != flat.size:
+        raise ValueError(f"flat buffer holds {flat.size} values but the parameters need {need}")
     views, offset = [], 0
     for p in params:
         views.append(flat[offset:offset + p.data.size].reshape(p.data.shape))
         offset += p.data.size
-    if offset != flat.size:
-        raise ValueError(f"flat buffer holds {flat.size} values but the parameters need {offset}")
     return views
 
 

@@ -1,0 +1,162 @@
+"""Turn a distributed ``TrainConfig`` into the objects of a run: data, model, optimizer, engine.
+
+One function per object; :func:`build_training` wires them into a :class:`Training`. The
+checkpoint state of a run (what :func:`capture_state` writes and :func:`restore_state` reads)
+lives here too, next to the objects it describes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from data.augment import AugmentConfig
+from data.dataset import Dataset, open_dataset
+from data.loader import BatchSpec, Loader, evaluation_loader
+from ipu.engine import Engine
+from ipu.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
+from launch.checkpoint import split_prefix
+from launch.config import TrainConfig
+from models import build_model
+from models.ema import ExponentialMovingAverage
+from models.loss_scaling import LossScaler
+from models.optimizers import make_optimizer
+from models.schedules import Schedule, make_schedule
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Training:
+    cfg: TrainConfig
+    train_set: Dataset
+    loader: Loader
+    eval_loader: Loader | None
+    model: Any
+    schedule: Schedule
+    engine: Engine
+    total_steps: int
+    instance_index: int
+    num_instances: int
+
+
+def batch_spec(cfg: TrainConfig, micro_batch: int, num_instances: int, instance_index: int, grad_accum: int) -> BatchSpec:
+    if cfg.data.replicas % num_instances:
+        raise ValueError(f"{cfg.data.replicas} replicas cannot be split evenly over {num_instances} instances")
+    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=cfg.data.replicas // num_instances,
+                     num_instances=num_instances, instance_index=instance_index)
+
+
+def build_loaders(cfg: TrainConfig, num_instances: int, instance_index: int) -> tuple[Dataset, Loader, Loader | None]:
+    d = cfg.data
+    train_set = open_dataset(d.path, "train")
+    augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
+    loader = Loader(train_set, batch_spec(cfg, d.micro_batch, num_instances, instance_index, d.grad_accum),
+                    seed=cfg.run.seed, augment=augment, prefetch=d.prefetch, cache=d.cache)
+    eval_loader = None
+    if cfg.run.evaluate:
+        val_set = open_dataset(d.path, "validation")
+        spec = batch_spec(cfg, d.eval_micro_batch or d.micro_batch, num_instances, instance_index, 1)
+        eval_loader = evaluation_loader(val_set, spec, prefetch=d.prefetch, cache=d.cache)
+    return train_set, loader, eval_loader
+
+
+def build_net(cfg: TrainConfig, info) -> Any:
+    """The model for the dataset's image shape and classes (options may override resolution)."""
+    h, _, c = info.image_shape
+    options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
+    return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
+
+
+def build_replicas(cfg: TrainConfig, model, info, first_index: int, count: int) -> list:
+    device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.run.seed,
+                       mixup_alpha=cfg.data.mixup_alpha, cutmix_lambda=cfg.data.cutmix_lambda,
+                       label_smoothing=cfg.model.label_smoothing)
+    ipu = cfg.ipu
+    if ipu.ipus_per_replica > 1:
+        if not ipu.pipeline_splits:
+            raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
+                             f"(block names from {model.blocks()[1:]})")
+        return [PipelinedIpuReplica(model, first_index + i, device, ipu.pipeline_splits, ipu.pipeline_schedule,
+                                    ipu.recompute) for i in range(count)]
+    return [SingleIpuReplica(model, first_index + i, device) for i in range(count)]
+
+
+def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    steps = int(cfg.run.epochs * steps_per_epoch)
+    if cfg.run.max_steps:
+        steps = min(steps, cfg.run.max_steps) if steps else cfg.run.max_steps
+    return max(steps, 1)
+
+
+def build_training(cfg: TrainConfig, comm, instance_index: int, num_instances: int) -> Training:
+    train_set, loader, eval_loader = build_loaders(cfg, num_instances, instance_index)
+    model = build_net(cfg, train_set.info)
+    params = model.params()
+    optimizer = make_optimizer(cfg.optim, params)
+    steps = total_steps(cfg, loader.steps_per_epoch)
+    schedule = make_schedule(cfg.schedule.resolve(cfg.global_batch), loader.steps_per_epoch, steps)
+    local = loader.spec.local_replicas
+    replicas = build_replicas(cfg, model, train_set.info, instance_index * local, local)
+    engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
+                    total_replicas=cfg.data.replicas, scaler=LossScaler(cfg.loss_scaling),
+                    ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every)
+    engine.broadcast_initial_state()
+    if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
+        engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,
+                                              use_num_updates=cfg.ema.use_num_updates)
+    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, instance_index, num_instances)
+
+
+# -- checkpoint state ------------------------------------------------------------------------
+def capture_state(t: Training, extra: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Everything needed to continue exactly. Collective (gathers replica states): call everywhere."""
+    e = t.engine
+    arrays: dict[str, np.ndarray] = {f"model/{p.name}": p.data for p in e.params}
+    meta: dict[str, Any] = {"config": t.cfg.to_dict(), "engine_step": e.step, "loader": t.loader.state(),
+                            "loss_scaler": e.scaler.state_dict(), "seed": t.cfg.run.seed,
+                            "rng": "stateless: every stream is a function of (seed, step, replica, micro-batch)",
+                            "total_replicas": e.total_replicas, **extra}
+    for key, value in e.optimizer.state_dict().items():
+        if isinstance(value, np.ndarray):
+            arrays[f"optim/{key}"] = value
+        else:
+            meta.setdefault("optim_scalars", {})[key] = value
+    if e.ema is not None:
+        for key, value in e.ema.state_dict().items():
+            if isinstance(value, np.ndarray):
+                arrays[f"ema/{key}"] = value
+            else:
+                meta.setdefault("ema_scalars", {})[key] = value
+    states = e.gather_replica_states()
+    for r, state in enumerate(states or []):
+        for key, value in state.items():
+            arrays[f"replica/{r}/{key}"] = value
+    return arrays, meta
+
+
+def restore_state(t: Training, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Load a checkpoint written by :func:`capture_state` (any instance split of the same replicas)."""
+    e = t.engine
+    if meta["total_replicas"] != e.total_replicas:
+        raise ValueError(f"the checkpoint was written with {meta['total_replicas']} replicas, this run has "
+                         f"{e.total_replicas}: the per-replica state and the global batch would not match")
+    weights = split_prefix(arrays, "model")
+    names = {p.name for p in e.params}
+    if set(weights) != names:
+        raise ValueError(f"checkpoint weights {sorted(set(weights) ^ names)[:5]} do not match the model")
+    for p in e.params:
+        np.copyto(p.data, weights[p.name])
+    e.optimizer.load_state_dict({**split_prefix(arrays, "optim"), **meta.get("optim_scalars", {})})
+    if e.ema is not None:
+        e.ema.load_state_dict({**split_prefix(arrays, "ema"), **meta.get("ema_scalars", {})})
+    e.scaler.load_state_dict(meta["loss_scaler"])
+    for replica in e.replicas:
+        state = split_prefix(arrays, f"replica/{replica.index}")
+        if state:
+            replica.load_state_dict(state)
+    e.step = int(meta["engine_step"])
+    t.loader.load_state(meta["loader"])

@@ -1,0 +1,312 @@
+"""The training configuration: nested frozen dataclasses, named presets in ``configs.yml``.
+
+    cfg = load_config("default", ["optim.momentum=0.8", "run.epochs=2"])
+    cfg = distribute(cfg, popdist.init())          # the launcher's replicas, checked
+
+Each YAML entry has the sections below (``data``, ``model``, ``optim``, ``schedule``,
+``loss_scaling``, ``ema``, ``ipu``, ``run``); a field left out keeps its default. YAML anchors
+share parts between entries (``optim: {<<: *lars, momentum: 0.9}``); top-level keys starting
+with ``_`` hold those anchors and are not configurations. Overrides ``section.field=value``
+(values parsed as YAML) win over the file. Unknown sections or fields raise ``ValueError``
+naming the key and the valid ones. ``optim``, ``loss_scaling`` and the schedule's fields are
+the numerics engine's own configs (``models.optimizers``, ``models.loss_scaling``,
+``models.schedules``), so their validation applies unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from models.loss_scaling import LossScaleConfig
+from models.optimizers import OptimConfig
+from models.schedules import ScheduleConfig, lr_from_exponent
+
+CONFIGS_FILE = Path(__file__).with_name("configs.yml")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The dataset, the batch split and the augmentation (host crop/flip, device mixup/cutmix).
+
+    Global batch = ``micro_batch * grad_accum * replicas``; ``replicas`` is the total the recipe
+    expects and must match the launcher's ``--num-replicas`` (see :func:`distribute`).
+    """
+
+    path: str = "data/fashion-mnist-subset.h5"
+    micro_batch: int = 16
+    grad_accum: int = 1
+    replicas: int = 1
+    augment: bool = False  # random-resized crop + flip on the host (uint8)
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    flip: bool = True
+    mixup_alpha: float = 0.0  # on the device; 0 turns it off (recipe: 0.2)
+    cutmix_lambda: float = 0.0  # fraction of the image kept; 0 turns it off (recipe: 0.85)
+    eval_micro_batch: int = 0  # 0: the training micro-batch
+    prefetch: int = 2
+    cache: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "grad_accum", "replicas"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"data.{name}={getattr(self, name)!r} must be >= 1")
+        if not 0.0 <= self.cutmix_lambda < 1.0:
+            raise ValueError(f"data.cutmix_lambda={self.cutmix_lambda!r} must be in [0, 1) (0 turns cutmix off)")
+        if self.mixup_alpha < 0.0:
+            raise ValueError(f"data.mixup_alpha={self.mixup_alpha!r} must be >= 0 (0 turns mixup off)")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``models.build_model(name, num_classes, **options)``; classes and channels come from the data."""
+
+    name: str = "efficientnet-tiny"
+    options: tuple[tuple[str, Any], ...] = ()
+    label_smoothing: float = 0.0
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class ScheduleSection(ScheduleConfig):
+    """``models.schedules.ScheduleConfig`` plus Graphcore's ``lr_exponent``: when set, the peak
+    rate is ``2**lr_exponent * global_batch`` and ``base_lr`` is ignored."""
+
+    lr_exponent: float | None = None
+
+    def resolve(self, global_batch: int) -> ScheduleConfig:
+        values = {f.name: getattr(self, f.name) for f in fields(ScheduleConfig)}
+        if self.lr_exponent is not None:
+            values["base_lr"] = lr_from_exponent(self.lr_exponent, global_batch)
+        return ScheduleConfig(**values)
+
+
+@dataclass(frozen=True)
+class EmaConfig:
+    """Weight averaging for evaluation: off when ``decay`` is 0. ``every``: ``step`` (EfficientNet)
+    or ``epoch`` (Graphcore's per-epoch float64 average)."""
+
+    decay: float = 0.0
+    every: str = "step"
+    use_num_updates: bool = False
+    float64: bool = False
+
+    def __post_init__(self) -> None:
+        if self.every not in ("step", "epoch"):
+            raise ValueError(f"ema.every={self.every!r} must be 'step' or 'epoch'")
+        if not 0.0 <= self.decay < 1.0:
+            raise ValueError(f"ema.decay={self.decay!r} must be in [0, 1) (0 turns the average off)")
+
+
+@dataclass(frozen=True)
+class IpuConfig:
+    """How each replica maps onto simulated IPUs, and what the POD prediction assumes."""
+
+    ipus_per_replica: int = 1
+    pipeline_splits: tuple[str, ...] = ()  # first block of each later stage
+    pipeline_schedule: str = "grouped"
+    recompute: bool = True
+    precision: str = "16.16"  # for the predicted POD throughput; the CPU computes in float32
+    available_memory_proportion: float = 0.6
+    num_io_tiles: int = 0
+    system: str = ""  # POD for the prediction; "" = the smallest that holds the replicas
+
+    def __post_init__(self) -> None:
+        if self.ipus_per_replica < 1:
+            raise ValueError(f"ipu.ipus_per_replica={self.ipus_per_replica!r} must be >= 1")
+        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
+            raise ValueError(f"ipu.pipeline_splits has {len(self.pipeline_splits)} splits for "
+                             f"{self.ipus_per_replica} IPUs per replica: give ipus_per_replica - 1 block names")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The training loop: length, seeds, where outputs go, checkpoints, checks and logs."""
+
+    epochs: float = 1.0
+    max_steps: int = 0  # 0: run all epochs; else stop after this many weight updates
+    seed: int = 0
+    run_dir: str = "runs/default"
+    checkpoint_every: int = 0  # weight updates between checkpoints; 0: only at the end of each epoch
+    keep_checkpoints: int = 2
+    checksum_every: int = 50  # weight updates between cross-instance weight checksums; 0: never
+    evaluate: bool = True
+    plots: bool = True
+    progress_bar: bool = True
+    kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
+
+    def __post_init__(self) -> None:
+        if not self.epochs > 0:
+            raise ValueError(f"run.epochs={self.epochs!r} must be > 0")
+        for name in ("max_steps", "checkpoint_every", "checksum_every", "kill_at_step", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"run.keep_checkpoints={self.keep_checkpoints!r} must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    loss_scaling: LossScaleConfig = field(default_factory=lambda: LossScaleConfig(initial_scale=1.0))
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    ipu: IpuConfig = field(default_factory=IpuConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @property
+    def global_batch(self) -> int:
+        return self.data.micro_batch * self.data.grad_accum * self.data.replicas
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict (JSON/YAML-safe): ``model.options`` as a mapping, tuples as lists."""
+        out = {}
+        for f in fields(self):
+            section = dataclasses.asdict(getattr(self, f.name))
+            if f.name == "model":
+                section["options"] = dict(section["options"])
+            out[f.name] = {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
+        return out
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory().__class__ for f in fields(TrainConfig)}  # type: ignore[misc]
+
+
+def load_config(name_or_path: str = "default", overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The named entry of ``launch/configs.yml`` (or of a YAML file ``path[:name]``) with overrides."""
+    path, name = _locate(name_or_path)
+    with open(path) as f:
+        entries = yaml.safe_load(f) or {}
+    names = sorted(k for k in entries if not str(k).startswith("_"))
+    if name not in names:
+        raise ValueError(f"no configuration {name!r} in {path}; choose one of {', '.join(names)}")
+    raw = _plain(entries[name]) or {}
+    for item in overrides:
+        _apply_override(raw, item)
+    return from_dict(raw, source=f"{path}:{name}")
+
+
+def _locate(name_or_path: str) -> tuple[Path, str]:
+    if name_or_path.endswith((".yml", ".yaml")) or ":" in name_or_path:
+        file, _, name = name_or_path.partition(":")
+        path = Path(file)
+        if not path.is_file():
+            raise ValueError(f"config file {file!r} does not exist")
+        return path, name or "default"
+    return CONFIGS_FILE, name_or_path
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy with dicts and lists only (YAML anchors share objects between entries)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    key, eq, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not eq or len(parts) < 2 or not all(parts):
+        raise ValueError(f"override {item!r}: write section.field=value, for example optim.momentum=0.9")
+    if parts[0] not in SECTIONS:
+        raise ValueError(f"override {item!r}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+    target = raw
+    for part in parts[:-1]:
+        node = target.get(part)
+        if not isinstance(node, dict):
+            node = target[part] = {}
+        target = node
+    target[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+
+
+def from_dict(raw: dict, source: str = "config") -> TrainConfig:
+    """Build a TrainConfig from nested plain data, naming any unknown key and the valid ones."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: a configuration is a mapping of sections, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"{source}: unknown section {unknown[0]!r}; valid sections are {', '.join(SECTIONS)}")
+    built = {name: _section(cls, raw.get(name) or {}, f"{source}: {name}") for name, cls in SECTIONS.items()}
+    return TrainConfig(**built)
+
+
+def _section(cls: type, values: dict, where: str):
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must be a mapping of fields, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]}: unknown key; valid keys are {', '.join(valid)}")
+    kwargs = {}
+    for key, value in values.items():
+        if key == "options" and cls is ModelConfig:
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}.options must be a mapping of build_model overrides, got {value!r}")
+            kwargs[key] = tuple(sorted(value.items()))
+        else:
+            kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
+    if cls is LossScaleConfig:
+        kwargs.setdefault("initial_scale", 1.0)  # no scaling unless asked for
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """YAML to the field's type: '1e-5' to float, lists to tuples, ints to floats."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ValueError(f"{where}: a value is required")
+    for t in options:
+        origin = typing.get_origin(t) or t
+        if origin is tuple and isinstance(value, (list, tuple)):
+            return tuple(value)
+        if t is bool and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except ValueError:
+                continue
+        if t is str and isinstance(value, str):
+            return value
+    raise ValueError(f"{where}={value!r} is not a valid {hint}")
+
+
+def distribute(cfg: TrainConfig, dist) -> TrainConfig:
+    """Check the config against the launcher's topology (a ``poprun_py`` ``DistInfo``).
+
+    Under the launcher its ``--num-replicas`` and ``--ipus-per-replica`` are the hardware; the
+    config must agree, since the global batch (and with ``lr_exponent`` the learning rate)
+    depends on them. Alone, one instance runs all ``data.replicas`` replicas.
+    """
+    if not dist.is_set:
+        return cfg
+    if dist.num_total_replicas != cfg.data.replicas:
+        raise ValueError(
+            f"the launcher runs {dist.num_total_replicas} replicas but the config has data.replicas="
+            f"{cfg.data.replicas} (global batch {cfg.global_batch}); pass --set data.replicas="
+            f"{dist.num_total_replicas} (and adjust data.grad_accum to keep the batch) or launch with "
+            f"--num-replicas {cfg.data.replicas}")
+    if dist.ipus_per_replica != cfg.ipu.ipus_per_replica:
+        raise ValueError(
+            f"the launcher gives {dist.ipus_per_replica} IPUs per replica but the config has "
+            f"ipu.ipus_per_replica={cfg.ipu.ipus_per_replica}; launch with --ipus-per-replica "
+            f"{cfg.ipu.ipus_per_replica} or pass --set ipu.ipus_per_replica={dist.ipus_per_replica}")
+    return replace(cfg, data=replace(cfg.data, replicas=dist.num_total_replicas))

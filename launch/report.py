@@ -1,0 +1,134 @@
+"""What a run tells its user (instance 0 only): JSON lines, plots, the summary, the POD prediction.
+
+``metrics.jsonl`` gets one line per weight update (``{"event": "step", "step", "epoch", "loss",
+"accuracy", "lr", "images_per_s", "global_batch", ...}``), one per evaluation (``"event":
+"eval"``) and a final ``"event": "summary"``. On resume the lines from updates after the
+checkpoint are dropped first, so the file reads as one uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class MetricsLog:
+    """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step``."""
+
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if resume_step is not None and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by the crash
+                if record.get("event") != "summary" and record.get("step", 0) < resume_step:
+                    kept.append(line)
+        self.path.write_text("".join(k + "\n" for k in kept))
+        self._file = open(self.path, "a", buffering=1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, default=_plain) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+    def records(self) -> list[dict[str, Any]]:
+        self._file.flush()
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Path]:
+    """``loss.png`` (training loss per update, validation loss per epoch) and ``accuracy.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r for r in records if r.get("event") == "step"]
+    evals = [r for r in records if r.get("event") == "eval"]
+    out = []
+    for key, title in (("loss", "loss"), ("accuracy", "top-1 accuracy")):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.plot([r["step"] for r in steps], [r[key] for r in steps], lw=0.8, label=f"training {title}")
+        if evals:
+            ax.plot([r["step"] for r in evals], [r[f"val_{key}"] for r in evals], "o-", label=f"validation {title}")
+        ax.set_xlabel("weight update")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = Path(run_dir) / f"{key}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
+def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,
+                               dataset_images: int) -> tuple[float, str] | None:
+    """The other engineer's cost model (``ipu.cost.predict``) for this run's configuration.
+
+    Returns (images/s for all replicas on the POD, the POD's name), or None with a logged reason
+    when the configuration is not one an IPU-POD can run (replicas not a power of two, ...).
+    """
+    try:
+        from ipu.cost import predict
+        from ipu.plan import IpuPlan, load_profile
+        from ipu.specs import PODS
+
+        total_ipus = cfg.data.replicas * cfg.ipu.ipus_per_replica
+        system = cfg.ipu.system or next(name for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus)
+                                        if pod.num_ipus >= total_ipus)
+        options = cfg.model.kwargs
+        size = int(options.pop("resolution", image_shape[0]))
+        options.setdefault("in_channels", image_shape[2])
+        plan = IpuPlan(model=cfg.model.name, model_overrides=tuple(sorted(options.items())), image_size=size,
+                       num_classes=num_classes, micro_batch=cfg.data.micro_batch,
+                       gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
+                       ipus_per_replica=cfg.ipu.ipus_per_replica, pipeline_splits=tuple(cfg.ipu.pipeline_splits),
+                       schedule=cfg.ipu.pipeline_schedule, precision=cfg.ipu.precision,
+                       recompute=cfg.ipu.recompute and cfg.ipu.ipus_per_replica > 1,
+                       available_memory_proportion=cfg.ipu.available_memory_proportion,
+                       num_io_tiles=cfg.ipu.num_io_tiles, optimizer=_plan_optimizer(cfg.optim),
+                       system=system, dataset_images=dataset_images, epochs=cfg.run.epochs)
+        prediction = predict(plan, load_profile(plan))
+        return prediction.images_per_s, system
+    except (ValueError, KeyError, StopIteration, RuntimeError, TypeError) as err:
+        logger.warning("No POD prediction for this configuration: %s", err)
+        return None
+
+
+def _plan_optimizer(optim) -> str:
+    if optim.name in ("sgd", "nesterov"):
+        return "momentum" if optim.momentum > 0 else "sgd"
+    return {"adamw": "adam"}.get(optim.name, optim.name)
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """The framed end-of-run block."""
+    width = 64
+    lines = ["=" * width, "Training summary".center(width), "-" * width]
+    for key, value in summary.items():
+        if isinstance(value, float):
+            value = f"{value:.4g}" if math.isfinite(value) else str(value)
+        lines.append(f"{key:<28} {value}")
+    lines.append("=" * width)
+    return "\n".join(lines)
+
+
+__all__ = ["MetricsLog", "plot_metrics", "predicted_pod_images_per_s", "summary_text"]

@@ -1,0 +1,205 @@
+"""Train a model data-parallel over instances and replicas: ``python -m launch.train``.
+
+    python -m poprun_py --num-instances 2 --num-replicas 4 python -m launch.train
+    python -m launch.train --config default --set run.epochs=1 --set optim.momentum=0.8
+    python -m launch.train --config default --resume auto          # continue the run in run.run_dir
+
+Alone, one instance runs all ``data.replicas`` replicas. Under ``poprun_py`` each instance runs
+its local replicas on its share of every global batch; the launcher's replica count must match
+the config's. Instance 0 writes ``<run_dir>/metrics.jsonl``, checkpoints, ``loss.png``,
+``accuracy.png`` and ``summary.json``, and shows the progress bar. ``--resume auto`` is the
+default when the launcher restarts a failed job (``--max-restarts``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+import poprun_py as popdist
+from launch import checkpoint as ckpt
+from launch.build import Training, build_training, capture_state, restore_state
+from launch.config import distribute, load_config
+from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
+
+logger = logging.getLogger("launch.train")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m launch.train", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="default", help="a name in launch/configs.yml, or file.yml[:name]")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable), e.g. --set optim.momentum=0.9")
+    p.add_argument("--resume", default=None, metavar="auto|none|PATH",
+                   help="auto: newest checkpoint in run.run_dir (default when restarted by poprun_py)")
+    p.add_argument("--list-configs", action="store_true", help="print the configuration names and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list_configs:
+        import yaml
+
+        from launch.config import CONFIGS_FILE
+        print("\n".join(k for k in yaml.safe_load(CONFIGS_FILE.read_text()) if not k.startswith("_")))
+        return 0
+    dist = popdist.init()
+    _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
+    cfg = distribute(load_config(args.config, args.overrides), dist)
+    comm = popdist.get_comm()
+    t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+    resume = args.resume or ("auto" if dist.restart_count > 0 else "none")
+    resumed = _resume(t, comm, resume)
+    _log_start(t, dist)
+    return run(t, resumed)
+
+
+def _setup_logging(verbose: int, index: int, count: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if (verbose or index == 0) else logging.WARNING
+    logging.basicConfig(level=level, format=f"[{index}/{count}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _resume(t: Training, comm, how: str) -> bool:
+    """Load the checkpoint ``how`` names (instance 0 picks ``auto``'s, all read it); True if loaded."""
+    if how == "none":
+        return False
+    path = ckpt.find_latest(t.cfg.run.run_dir) if how == "auto" else Path(how)
+    found = np.array([-1 if path is None else ckpt_step(path)], np.int64)
+    comm.broadcast(found, root=0)
+    if found[0] < 0:
+        logger.info("No checkpoint in %s: starting from scratch.", ckpt.checkpoint_dir(t.cfg.run.run_dir))
+        return False
+    path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(found[0])) if how == "auto" else Path(how)
+    arrays, meta = ckpt.load_checkpoint(path)
+    restore_state(t, arrays, meta)
+    logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch.", path, t.engine.step,
+                *t.loader.position)
+    return True
+
+
+def ckpt_step(path: Path) -> int:
+    _, meta = ckpt.load_checkpoint(path)
+    return int(meta["step"])
+
+
+def _log_start(t: Training, dist) -> None:
+    cfg, spec = t.cfg, t.loader.spec
+    logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
+                "accumulation %d -> global batch %d; %d updates (%d per epoch); optimizer %s; run dir %s.",
+                cfg.model.name, cfg.data.path, dist.num_instances, spec.local_replicas, cfg.data.replicas,
+                cfg.data.micro_batch, cfg.data.grad_accum, cfg.global_batch, t.total_steps,
+                t.loader.steps_per_epoch, cfg.optim.name, cfg.run.run_dir)
+
+
+def run(t: Training, resumed: bool) -> int:
+    """The training loop; returns the exit code."""
+    cfg, e, lead = t.cfg, t.engine, t.instance_index == 0
+    log = MetricsLog(cfg.run.run_dir, resume_step=e.step) if lead else None
+    bar = _progress_bar(t, lead)
+    started, first_step = time.perf_counter(), e.step
+    val = (float("nan"), float("nan"))
+    tick = time.perf_counter()
+    while e.step < t.total_steps:
+        epoch = t.loader.position[0]
+        for batch in t.loader:
+            m = e.train_step(batch.images, batch.labels)
+            now = time.perf_counter()
+            if lead:
+                log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss, "accuracy": m.accuracy,
+                           "lr": m.lr, "images_per_s": m.samples / (now - tick), "global_batch": m.samples,
+                           "loss_scale": m.loss_scale, "applied": m.applied, "sync_s": m.sync_s,
+                           "compute_s": m.compute_s})
+                bar.update(1)
+                bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
+            tick = now
+            if cfg.run.checkpoint_every and e.step % cfg.run.checkpoint_every == 0:
+                _save(t)
+            _maybe_kill(t, resumed)
+            if e.step >= t.total_steps:
+                break
+        if t.loader.position[0] > epoch or e.step >= t.total_steps:
+            val = _end_of_epoch(t, epoch, log)
+            tick = time.perf_counter()
+    bar.close()
+    return _finish(t, log, val, time.perf_counter() - started, e.step - first_step)
+
+
+def _progress_bar(t: Training, lead: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=t.total_steps, initial=t.engine.step, disable=not (lead and t.cfg.run.progress_bar),
+                unit="update", dynamic_ncols=True, mininterval=1.0, file=sys.stderr)
+
+
+def _end_of_epoch(t: Training, epoch: int, log: MetricsLog | None) -> tuple[float, float]:
+    e = t.engine
+    if e.ema is not None and not e.ema_every_step:
+        e.ema.update()
+    val = (float("nan"), float("nan"))
+    if t.eval_loader is not None:
+        t.eval_loader.set_position(0, 0)
+        loss, acc, count = e.evaluate(t.eval_loader, use_ema=e.ema is not None)
+        val = (loss, acc)
+        logger.info("Epoch %d (update %d): validation loss %.4f, accuracy %.4f on %d images%s.", epoch, e.step,
+                    loss, acc, count, " (EMA weights)" if e.ema is not None else "")
+        if log is not None:
+            log.write({"event": "eval", "step": e.step, "epoch": epoch, "val_loss": loss, "val_accuracy": acc,
+                       "samples": count})
+    if not t.cfg.run.checkpoint_every or e.step % t.cfg.run.checkpoint_every:
+        _save(t)
+    return val
+
+
+def _save(t: Training) -> None:
+    """Gather the state everywhere (collective), write it on instance 0 only."""
+    arrays, meta = capture_state(t, {"epoch": t.loader.position[0]})
+    popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
+                                 keep=t.cfg.run.keep_checkpoints)
+
+
+def _maybe_kill(t: Training, resumed: bool) -> None:
+    """Test hook ``run.kill_at_step``: instance 0 dies by SIGKILL, as in a crash, unless resumed."""
+    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.instance_index == 0:
+        logger.warning("run.kill_at_step=%d: sending SIGKILL to myself (pid %d).", t.engine.step, os.getpid())
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int) -> int:
+    cfg, e = t.cfg, t.engine
+    cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
+    info = t.train_set.info
+    pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples) if t.instance_index == 0 \
+        else None
+    if t.instance_index != 0:
+        return 0
+    summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
+               "global_batch": cfg.global_batch, "replicas": cfg.data.replicas, "instances": t.num_instances,
+               "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
+               "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
+               "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
+               "skipped_updates": e.scaler.skipped_steps}
+    log.write(summary)
+    if cfg.run.plots:
+        plot_metrics(log.records(), cfg.run.run_dir)
+    log.close()
+    Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(summary_text({k: v for k, v in summary.items() if k != "event"}), flush=True)
+    print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
+          f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
