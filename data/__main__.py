@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             from tqdm import tqdm
 
             with tqdm(unit="img", desc=f"convert {args.kind}") as bar:
-                _run_convert(args, bar.update)
+                _run_convert(args, bar)
             print(args.out)
         elif args.command in ("info", "check"):
             _print_info(args.file, args.command == "check")

@@ -1,7 +1,8 @@
 """Converters from IDX files, image folders and the synthetic generator to the HDF5 layout.
 
-Each converter takes an optional ``progress(n)`` callback, called with the number of images just
-written, so that the CLI can drive a progress bar without this module importing one.
+Each converter takes an optional ``progress`` bar (anything with ``update(n)`` and a settable
+``total``, such as a ``tqdm`` instance): its total is set to the image count, then it is updated after
+every block written. The CLI owns the bar, so this module imports no progress library.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -19,7 +20,13 @@ from data.images import list_classes, list_images, load_image
 from data.layout import DatasetWriter
 from data.synthetic import SyntheticSpec, synthetic_block
 
-Progress = Callable[[int], None] | None
+class ProgressBar(Protocol):
+    total: int | None
+
+    def update(self, n: int) -> object: ...
+
+
+Progress = ProgressBar | None
 
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -34,14 +41,19 @@ IDX_NAMES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
              "validation": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 
 
+def _start(progress: Progress, sizes: dict[str, int]) -> None:
+    if progress is not None:
+        progress.total = sum(sizes.values())
+
+
 def _write_blocks(writer: DatasetWriter, split: str, blocks: Iterator[tuple[np.ndarray, np.ndarray]],
                   progress: Progress) -> None:
     start = 0
     for images, labels in blocks:
         writer.write(split, start, images, labels)
         start += len(images)
-        if progress:
-            progress(len(images))
+        if progress is not None:
+            progress.update(len(images))
 
 
 def _find_idx(folder: Path, stem: str) -> Path:
@@ -89,6 +101,7 @@ def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_name
         keep = balanced_subset(labels, limit, len(class_names))
         splits[split] = (images[keep], labels[keep])
     sizes = {split: len(labels) for split, (_, labels) in splits.items()}
+    _start(progress, sizes)
     with DatasetWriter(out, image_shape=splits["train"][0].shape[1:], split_sizes=sizes,
                        class_names=list(class_names), source=source, licence=licence,
                        chunk_rows=chunk_rows, compression=compression, checksum=checksum) as writer:
@@ -106,6 +119,7 @@ def convert_synthetic(out: str | os.PathLike, *, train: SyntheticSpec, val_sampl
                                                          train.channels, train.num_classes, train.seed, train.noise)}
     names = [f"class_{k}" for k in range(train.num_classes)]
     sizes = {split: spec.num_samples for split, spec in specs.items()}
+    _start(progress, sizes)
     with DatasetWriter(out, image_shape=(train.height, train.width, train.channels), split_sizes=sizes,
                        class_names=names, source=f"synthetic (data.synthetic, seed {train.seed})",
                        licence="generated; no restrictions", chunk_rows=chunk_rows,
@@ -147,6 +161,7 @@ def convert_images(root: str | os.PathLike, out: str | os.PathLike, *, size: int
         raise ValueError(f"--size must be positive, got {size}")
     classes, splits = _image_split_files(root, val_fraction)
     sizes = {split: len(files) for split, (files, _) in splits.items()}
+    _start(progress, sizes)
     load = partial(load_image, size=size)
     with DatasetWriter(out, image_shape=(size, size, 3), split_sizes=sizes, class_names=classes,
                        source=source or f"image folder {root}", licence=licence, chunk_rows=chunk_rows,

@@ -71,9 +71,15 @@ def test_synthetic_is_deterministic_balanced_and_learnable():
 
 def test_convert_synthetic(tmp_path):
     spec = SyntheticSpec(num_samples=50, height=9, width=7, channels=3, num_classes=5)
-    counted = []
-    out = convert_synthetic(tmp_path / "s.h5", train=spec, val_samples=12, chunk_rows=16, progress=counted.append)
-    assert sum(counted) == 62
+    class Bar:
+        total, updates = None, []
+
+        def update(self, n):
+            self.updates.append(n)
+
+    bar = Bar()
+    out = convert_synthetic(tmp_path / "s.h5", train=spec, val_samples=12, chunk_rows=16, progress=bar)
+    assert bar.total == 62 and bar.updates == [16, 16, 16, 2, 12]
     assert [i.num_samples for i in verify_dataset(out)] == [50, 12]
 
 
