@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from data.chunkmap import ChunkViews
 from data.layout import IMAGES, LABELS, REQUIRED_ATTRS, SPLITS, DatasetError
 
 _FIX = "rebuild it with `python -m data convert ...` (layout: docs/data.md)"
@@ -59,8 +60,9 @@ class Dataset:
     """One validated split of a dataset file, open for reading.
 
     ``labels`` is an int64 array of every label. Image rows are read with :meth:`read_rows`
-    (grouped into contiguous per-chunk ranges, never h5py fancy indexing) or all at once with
-    :meth:`read_all`. Read errors are re-raised as ``DatasetError`` naming the file.
+    (memory-mapped chunk views when the file is unfiltered, else contiguous h5py range reads;
+    never h5py fancy indexing) or all at once with :meth:`read_all`. Read errors are re-raised
+    as ``DatasetError`` naming the file.
     """
 
     def __init__(self, info: DatasetInfo, file: h5py.File, labels: np.ndarray) -> None:
@@ -68,6 +70,10 @@ class Dataset:
         self.labels = labels
         self._file = file
         self._images = file[info.split][IMAGES]
+        try:
+            self._views = ChunkViews.open(info.path, self._images)
+        except ValueError as err:
+            raise DatasetError(f"{info.path}: {info.split}/{IMAGES}: {err}; the file is truncated, {_FIX}") from err
 
     @property
     def dtype(self) -> np.dtype:
@@ -85,10 +91,14 @@ class Dataset:
     def read_rows(self, rows: np.ndarray, dst: np.ndarray) -> None:
         """``dst[i] = images[rows[i]]`` without h5py fancy indexing.
 
-        Unfiltered files: one read per run of consecutive rows (the file is opened with the chunk
-        cache off, so HDF5 reads just those bytes). Compressed or checksummed files: one read per
-        chunk touched, spanning its first to last requested row, so each chunk is decoded once.
+        Unfiltered files: gathered from memory-mapped chunk views (:mod:`data.chunkmap`), or, if
+        the chunks cannot be viewed, one read per run of consecutive rows (the file is opened with
+        the chunk cache off, so HDF5 reads just those bytes). Compressed or checksummed files: one
+        read per chunk touched, spanning its first to last requested row, so each chunk is decoded once.
         """
+        if self._views is not None:
+            self._views.gather(rows, dst)
+            return
         rows = np.asarray(rows, dtype=np.int64)
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
@@ -115,7 +125,8 @@ class Dataset:
             ) from err
 
     def close(self) -> None:
-        """Close the underlying HDF5 file."""
+        """Close the underlying HDF5 file and drop the memory map."""
+        self._views = None
         if self._file.id.valid:
             self._file.close()
 

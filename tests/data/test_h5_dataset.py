@@ -28,6 +28,7 @@ def test_round_trip_layout_and_attributes(tiny_file):
 def test_read_rows_keeps_request_order(tmp_path, compression, checksum):
     dataset = open_dataset(write_tiny(tmp_path / "r.h5", compression=compression, checksum=checksum), "train")
     assert dataset.info.filtered == (compression == "gzip" or checksum)
+    assert (dataset._views is not None) == (not dataset.info.filtered)  # memory-mapped chunk views
     rows = np.array([33, 2, 9, 2, 39, 0, 17, 3, 4, 5, 1])
     out = np.empty((len(rows), 6, 5, 3), np.uint8)
     dataset.read_rows(rows, out)
@@ -88,9 +89,10 @@ def test_missing_file_and_not_hdf5(tmp_path):
         open_dataset(text, "test")
 
 
+@pytest.mark.parametrize("checksum", [True, False])
 @pytest.mark.parametrize("keep", [0.3, 0.7, 0.95])
-def test_truncated_file_is_a_clear_error(tmp_path, keep):
-    path = write_tiny(tmp_path / "t.h5")
+def test_truncated_file_is_a_clear_error(tmp_path, keep, checksum):
+    path = write_tiny(tmp_path / "t.h5", checksum=checksum)
     raw = path.read_bytes()
     path.write_bytes(raw[: int(len(raw) * keep)])
     with pytest.raises(DatasetError, match="truncated|corrupted|not an HDF5") as err:
@@ -124,3 +126,10 @@ def test_writer_refuses_bad_blocks_and_leaves_no_partial_file(tmp_path):
                            class_names=["a"], source="s", licence="l") as writer:
             writer.write("train", 0, np.zeros((1, 2, 2, 1), np.float32), np.zeros(1))
     assert not out.exists()
+
+
+def test_chunk_views_refuse_chunks_beyond_the_end_of_file(tmp_path, monkeypatch):
+    path = write_tiny(tmp_path / "v.h5", checksum=False)
+    monkeypatch.setattr("data.chunkmap.os.path.getsize", lambda _: 100)
+    with pytest.raises(DatasetError, match=r"v.h5: train/images: image chunk 0 ends at byte \d+ but the file has 100"):
+        open_dataset(path, "train")
