@@ -5,10 +5,12 @@ Each weight update (``Engine.train_step``):
 1. every local replica runs its gradient-accumulation micro-batches and adds the gradients of
    ``loss_scale * mean micro-batch loss`` into ONE preallocated flat float32 buffer (views per
    parameter), so local replicas are summed in-process;
-2. one ``comm.allreduce(flat, "sum")`` across instances, then ``flat /= total_replicas * A``:
-   the mean over every micro-batch of every replica;
-3. the loss scaler unscales and checks the gradients; metrics (loss, correct, count) are summed
-   across instances in one small float64 all-reduce, so every instance sees the same verdict;
+2. one ``comm.allreduce(flat, "sum")`` across instances (:meth:`Engine.sync_gradients`);
+3. metrics (loss, correct, count) are summed across instances in one small float64 all-reduce;
+   one pass ``flat *= 1 / (total_replicas * A * loss_scale)`` makes the mean over every
+   micro-batch of every replica and unscales it; the loss scaler judges the step (non-finite:
+   stop naming the update, or with dynamic scaling skip it and lower the scale), the same
+   verdict on every instance since the gradients and the loss are the same everywhere;
 4. the same optimizer step, with the schedule's learning rate, on every instance (and the EMA).
 
 At start the weights and buffers are broadcast from instance 0. Every ``checksum_every``
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ipu.replica import Replica, ReplicaResult
-from models.loss_scaling import LossScaler, NonFiniteLossError
+from models.loss_scaling import LossScaler, NonFiniteLossError, all_finite
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)
@@ -50,8 +52,8 @@ class StepMetrics:
     loss_scale: float
     samples: int  # global batch
     compute_s: float  # local replicas' forward/backward
-    sync_s: float  # the gradient all-reduce (and the 1/N scaling)
-    update_s: float  # unscale, checks, optimizer, EMA
+    sync_s: float  # the gradient all-reduce
+    update_s: float  # metrics all-reduce, mean + unscale, checks, optimizer, EMA
 
 
 def flat_views(params, flat: np.ndarray) -> list[np.ndarray]:
@@ -127,8 +129,7 @@ class Engine:
             local += replica.run(images[r], labels[r], step=self.step, grads=self.views,
                                  loss_scale=self.scaler.scale)
         computed = time.perf_counter()
-        self.comm.allreduce(self.flat, op="sum")
-        self.flat *= self.flat.dtype.type(1.0 / (self.total_replicas * self.grad_accum))
+        self.sync_gradients()
         synced = time.perf_counter()
         self.sync_seconds += synced - computed
         totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
@@ -141,6 +142,10 @@ class Engine:
         return StepMetrics(self.step - 1, loss, accuracy, lr, applied, scale, count, computed - start,
                            synced - computed, done - synced)
 
+    def sync_gradients(self) -> None:
+        """The one all-reduce (sum) of the flat buffer across instances, in place."""
+        self.comm.allreduce(self.flat, op="sum")
+
     def _check_batch(self, images: np.ndarray, labels: np.ndarray) -> None:
         want = (len(self.replicas), self.grad_accum)
         if images.shape[:2] != want or labels.shape[:2] != want:
@@ -149,7 +154,9 @@ class Engine:
 
     def _update(self, loss: float) -> tuple[float, bool, float]:
         scale = self.scaler.scale
-        finite = self.scaler.unscale_([self.flat]) and math.isfinite(loss)
+        # one pass: the mean over every micro-batch of every replica, and the loss-scale unscaling
+        self.flat *= self.flat.dtype.type(1.0 / (self.total_replicas * self.grad_accum * scale))
+        finite = all_finite(self.flat) and math.isfinite(loss)
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale

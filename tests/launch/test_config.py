@@ -1,0 +1,87 @@
+"""Training configurations: presets, overrides, errors that name the key, distribution."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.config import TrainConfig, distribute, from_dict, load_config
+from poprun_py.env import DistInfo
+
+
+def test_default_config_loads_with_its_sections():
+    cfg = load_config("default")
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.data.path == "data/fashion-mnist-subset.h5" and cfg.data.replicas == 4
+    assert cfg.global_batch == cfg.data.micro_batch * cfg.data.grad_accum * 4
+    assert cfg.model.kwargs["norm"] == "group"
+
+
+@pytest.mark.parametrize("name,replicas,accum", [("g16-b4-pod16", 8, 256), ("g16-b4-pod64", 32, 64),
+                                                 ("g16-b4-pod128", 64, 32), ("g16-b4-pod256", 128, 16)])
+def test_g16_b4_recipes_keep_the_global_batch_and_learning_rate(name, replicas, accum):
+    cfg = load_config(name)
+    assert (cfg.data.replicas, cfg.data.grad_accum, cfg.data.micro_batch) == (replicas, accum, 3)
+    assert cfg.global_batch == 6144
+    assert cfg.schedule.resolve(cfg.global_batch).base_lr == pytest.approx(8.48528137, rel=1e-8)
+    assert (cfg.optim.name, cfg.optim.momentum, cfg.optim.weight_decay) == ("lars", 0.885, 2.5e-6)
+    assert (cfg.schedule.kind, cfg.schedule.warmup_epochs, cfg.schedule.power, cfg.schedule.end_ratio) == \
+        ("polynomial", 70.0, 2.0, 1e-5)
+    assert (cfg.data.mixup_alpha, cfg.data.cutmix_lambda, cfg.model.label_smoothing) == (0.2, 0.85, 0.1)
+    assert (cfg.ipu.ipus_per_replica, cfg.ipu.pipeline_splits) == (2, ("block4a",))
+    assert cfg.loss_scaling.initial_scale == 128.0 and cfg.ema.decay == 0.97 and cfg.run.epochs == 350
+
+
+def test_overrides_win_and_are_parsed_as_yaml():
+    cfg = load_config("default", ["optim.momentum=0.8", "data.crop_scale=[0.5, 1.0]", "model.options.width=0.5",
+                                  "schedule.end_ratio=1e-3", "run.evaluate=false"])
+    assert cfg.optim.momentum == 0.8 and cfg.data.crop_scale == (0.5, 1.0)
+    assert cfg.model.kwargs["width"] == 0.5 and cfg.model.kwargs["norm"] == "group"
+    assert cfg.schedule.end_ratio == 1e-3 and cfg.run.evaluate is False
+
+
+@pytest.mark.parametrize("override,message", [
+    ("optim.momentumm=0.9", r"optim\.momentumm: unknown key; valid keys are name, momentum, weight_decay"),
+    ("optimiser.momentum=0.9", r"unknown section 'optimiser'; sections are data, model, optim"),
+    ("momentum=0.9", r"write section\.field=value"),
+    ("optim.momentum=fast", r"optim\.momentum='fast' is not a valid"),
+    ("optim.momentum=1.5", r"optim\.momentum=1\.5 must be in \[0\.0, 1\.0\)"),
+    ("data.micro_batch=0", r"data\.micro_batch=0 must be >= 1"),
+])
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("default", [override])
+
+
+def test_unknown_names_and_sections_in_files_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="no configuration 'nope'.*choose one of .*default"):
+        load_config("nope")
+    path = tmp_path / "mine.yml"
+    path.write_text("mine:\n  run: {epochs: 2}\n  trainer: {x: 1}\n")
+    with pytest.raises(ValueError, match="unknown section 'trainer'"):
+        load_config(f"{path}:mine")
+    with pytest.raises(ValueError, match=r"run\.epoch: unknown key; valid keys are epochs"):
+        from_dict({"run": {"epoch": 2}})
+
+
+def test_to_dict_round_trips():
+    cfg = load_config("g16-b4-pod64", ["model.options.dropout=0.3"])
+    assert from_dict(cfg.to_dict()) == cfg
+
+
+def dist(instances, replicas, ipus=1):
+    return DistInfo(is_set=True, num_instances=instances, num_total_replicas=replicas,
+                    num_local_replicas=replicas // instances, ipus_per_replica=ipus)
+
+
+def test_distribute_accepts_the_launchers_matching_topology():
+    cfg = load_config("default")
+    assert distribute(cfg, dist(2, 4)) == cfg
+    assert distribute(cfg, DistInfo(is_set=False)) == cfg
+
+
+def test_distribute_refuses_a_different_replica_count_and_says_how_to_fix():
+    with pytest.raises(ValueError, match=r"launcher runs 8 replicas but the config has data\.replicas=4.*"
+                                         r"--set data\.replicas=8.*--num-replicas 4"):
+        distribute(load_config("default"), dist(2, 8))
+    with pytest.raises(ValueError, match=r"--ipus-per-replica 2"):
+        distribute(load_config("g16-b4-pod16"), dist(8, 8, ipus=1))
