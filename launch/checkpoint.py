@@ -98,6 +98,14 @@ def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
     return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
 
 
+def step_of(path: str | os.PathLike) -> int:
+    """The weight update a checkpoint file name says it holds."""
+    match = _NAME.match(Path(path).name)
+    if not match:
+        raise ValueError(f"{path} is not named like a checkpoint (ckpt-<8 digits>.h5)")
+    return int(match.group(1))
+
+
 def find_latest(run_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint of a run, or None."""
     found = list_checkpoints(checkpoint_dir(run_dir))

@@ -26,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 import poprun_py as popdist
+from data.layout import DatasetError
+from ipu.engine import WeightDivergenceError
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training, capture_state, restore_state
 from launch.config import distribute, load_config
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
+from models.loss_scaling import NonFiniteLossError
 
 logger = logging.getLogger("launch.train")
 
@@ -56,13 +59,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     dist = popdist.init()
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
-    cfg = distribute(load_config(args.config, args.overrides), dist)
-    comm = popdist.get_comm()
-    t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
-    resume = args.resume or ("auto" if dist.restart_count > 0 else "none")
-    resumed = _resume(t, comm, resume)
-    _log_start(t, dist)
-    return run(t, resumed)
+    try:
+        cfg = distribute(load_config(args.config, args.overrides), dist)
+        comm = popdist.get_comm()
+        t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+        resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
+        _log_start(t, dist)
+        return run(t, resumed)
+    except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
+        logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
+        logger.debug("Traceback:", exc_info=True)
+        return 2 if isinstance(err, (ValueError, DatasetError)) else 1
 
 
 def _setup_logging(verbose: int, index: int, count: int) -> None:
@@ -71,26 +78,23 @@ def _setup_logging(verbose: int, index: int, count: int) -> None:
 
 
 def _resume(t: Training, comm, how: str) -> bool:
-    """Load the checkpoint ``how`` names (instance 0 picks ``auto``'s, all read it); True if loaded."""
+    """Load the checkpoint ``how`` names (``auto``: instance 0 picks the newest, all read it)."""
     if how == "none":
         return False
-    path = ckpt.find_latest(t.cfg.run.run_dir) if how == "auto" else Path(how)
-    found = np.array([-1 if path is None else ckpt_step(path)], np.int64)
-    comm.broadcast(found, root=0)
-    if found[0] < 0:
-        logger.info("No checkpoint in %s: starting from scratch.", ckpt.checkpoint_dir(t.cfg.run.run_dir))
-        return False
-    path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(found[0])) if how == "auto" else Path(how)
+    path = Path(how)
+    if how == "auto":
+        latest = ckpt.find_latest(t.cfg.run.run_dir)
+        step = np.array([ckpt.step_of(latest) if latest else -1], np.int64)
+        comm.broadcast(step, root=0)
+        if step[0] < 0:
+            logger.info("No checkpoint in %s: starting from scratch.", ckpt.checkpoint_dir(t.cfg.run.run_dir))
+            return False
+        path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(step[0]))
     arrays, meta = ckpt.load_checkpoint(path)
     restore_state(t, arrays, meta)
     logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch.", path, t.engine.step,
                 *t.loader.position)
     return True
-
-
-def ckpt_step(path: Path) -> int:
-    _, meta = ckpt.load_checkpoint(path)
-    return int(meta["step"])
 
 
 def _log_start(t: Training, dist) -> None:

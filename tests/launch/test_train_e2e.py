@@ -30,7 +30,8 @@ TOPOLOGY = ["--config", "default", "--set", "model.name=efficientnet-tiny",
             "--set", "data.micro_batch=4", "--set", "data.grad_accum=2", "--set", "data.replicas=4",
             "--set", "data.augment=true", "--set", "data.mixup_alpha=0.2", "--set", "data.cutmix_lambda=0.85",
             "--set", "run.max_steps=20", "--set", "run.evaluate=false", "--set", "run.plots=false",
-            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "data.prefetch=0"]
+            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "data.prefetch=0",
+            "--set", "schedule.warmup_epochs=0", "--set", "schedule.warmup_steps=5"]
 
 DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", "data.micro_batch=8",
          "--set", "run.max_steps=20", "--set", "run.checkpoint_every=5", "--set", "run.plots=false",

@@ -1,0 +1,44 @@
+"""Run outputs: the metrics log across a resume, plots, the POD prediction, the summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.config import load_config
+from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
+
+
+def test_resume_drops_the_lines_written_after_the_checkpoint(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in range(6):
+        log.write({"event": "step", "step": step, "loss": 1.0 / (step + 1), "accuracy": 0.1 * step})
+    log.write({"event": "eval", "step": 3, "val_loss": 0.5, "val_accuracy": 0.4})
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"event": "step", "step": 6, "lo')  # torn by the crash
+    log = MetricsLog(tmp_path, resume_step=4)
+    records = log.records()
+    assert [(r["event"], r["step"]) for r in records] == [("step", 0), ("step", 1), ("step", 2), ("step", 3),
+                                                           ("eval", 3)]
+    paths = plot_metrics(records, tmp_path)
+    assert [p.name for p in paths] == ["loss.png", "accuracy.png"] and all(p.stat().st_size > 1000 for p in paths)
+    log.close()
+
+
+def test_the_default_run_gets_a_pod_prediction():
+    cfg = load_config("default")
+    got = predicted_pod_images_per_s(cfg, (28, 28, 1), 10, 10_000)
+    assert got is not None
+    images_per_s, system = got
+    assert system == "POD4" and images_per_s > 0
+
+
+def test_a_configuration_no_pod_can_run_gets_no_prediction(caplog):
+    cfg = load_config("default", ["data.replicas=3"])  # replicas must be a power of two on a POD
+    assert predicted_pod_images_per_s(cfg, (28, 28, 1), 10, 10_000) is None
+    assert "power of two" in caplog.text
+
+
+def test_summary_text_frames_every_field():
+    text = summary_text({"val_accuracy": 0.81234, "updates": 12, "predicted_pod": None})
+    assert "val_accuracy" in text and "0.8123" in text and text.count("=" * 64) == 2
