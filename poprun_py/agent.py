@@ -39,12 +39,14 @@ from poprun_py.processes import (
     kill_all_descendants,
     set_parent_death_signal,
     signal_tree,
+    start_sweeper,
 )
 from poprun_py.topology import InstanceInfo, assign_instances
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
 PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
 TAIL_LINES = 40
+LINGER_S = 30.0  # after an abnormal end, wait at most this long for the launcher's release
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class _State:
     stop_requests: int = 0
     stop_signal: int = signal.SIGTERM
     forward: list[int] = field(default_factory=list)
+    stopped: threading.Event = field(default_factory=threading.Event)
 
 
 class Agent:
@@ -94,6 +97,8 @@ class Agent:
         self._progress_lock = threading.Lock()
         self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_i{info.index}_")
         self._logs: dict[str, object] = {}
+        self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
+        self._sweeper: tuple[int, int] | None = None
 
     # -- output to the launcher ---------------------------------------------------------------
     def send(self, kind: str, **fields) -> None:
@@ -117,6 +122,7 @@ class Agent:
         env[envc.PROGRESS_FD] = str(progress_fd)
         env[envc.ERROR_FILE] = error_file
         env[envc.UNDER_AGENT] = "1"
+        env[envc.JOB_TOKEN] = self._token
         return env
 
     def _place(self) -> list[int]:
@@ -191,6 +197,7 @@ class Agent:
         def stop(signum, _frame):
             self._state.stop_requests += 1
             self._state.stop_signal = signum
+            self._state.stopped.set()
 
         def forward(signum, _frame):
             self._state.forward.append(signum)
@@ -205,6 +212,10 @@ class Agent:
         self._install_signals()
         set_parent_death_signal(signal.SIGTERM)
         become_subreaper()
+        # If the MPI launcher kills this agent before it has stopped its program's tree (MPICH
+        # does, once another rank ended abnormally), the sweeper still finds every descendant by
+        # the token in its environment, including those in sessions of their own.
+        self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token)
         cpus = self._place()
         self._open_logs()
         progress_r, progress_w = os.pipe()
@@ -240,14 +251,44 @@ class Agent:
         stopped = self._supervise(child)
         ended_at = time.time()
         duration = time.monotonic() - started
-        kill_all_descendants()  # grandchildren left behind would hold the pipes open
+        self.kill_tree()  # grandchildren left behind would hold the pipes open
         for t in readers:
             t.join(timeout=2.0)
         self._flush_progress(force=True)
         code, sig = (None, -child.returncode) if child.returncode < 0 else (child.returncode, None)
         self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
                   ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail))
+        if stopped or sig or code:
+            self._linger()
         return 128 + sig if sig else code
+
+    def _linger(self) -> None:
+        """After an abnormal end, stay until the launcher's release (its second SIGTERM).
+
+        MPICH's mpiexec SIGKILLs every other rank as soon as one rank leaves after an abnormal end
+        of its MPI program, which would cut the other agents short while their programs are still
+        in their grace period. The launcher sends the release once every instance has reported.
+        """
+        deadline = time.monotonic() + LINGER_S
+        while self._state.stop_requests < 2 and time.monotonic() < deadline:
+            self._state.stopped.wait(max(0.0, deadline - time.monotonic()))
+            self._state.stopped.clear()
+
+    def kill_tree(self) -> None:
+        """SIGKILL every descendant but the sweeper."""
+        kill_all_descendants(spare=(self._sweeper[0],) if self._sweeper else ())
+
+    def finish(self) -> None:
+        """Stop everything left and let the sweeper check nothing escaped, then reap it."""
+        self.kill_tree()
+        if self._sweeper is not None:
+            pid, fd = self._sweeper
+            self._sweeper = None
+            os.close(fd)
+            try:
+                psutil.Process(pid).wait(timeout=5.0)
+            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+                pass
 
     def _supervise(self, child: subprocess.Popen) -> bool:
         """Wait for the child, acting on stop and forward requests. True if we stopped it."""
@@ -266,14 +307,18 @@ class Agent:
                 handled = state.stop_requests
                 if handled == 1:
                     first = signal.SIGINT if state.stop_signal == signal.SIGINT else signal.SIGTERM
-                    signal_tree(child.pid, descendants(), first)
+                    signal_tree(child.pid, self._tree(), first)
                     kill_at = time.monotonic() + self.spec.config.grace_period
                 else:
                     kill_at = time.monotonic()  # a second request: no more grace
             if kill_at is not None and time.monotonic() >= kill_at:
-                signal_tree(child.pid, descendants(), signal.SIGKILL)
+                signal_tree(child.pid, self._tree(), signal.SIGKILL)
                 kill_at = time.monotonic() + 1.0
             self._flush_progress()
+
+    def _tree(self) -> list:
+        spare = self._sweeper[0] if self._sweeper else None
+        return [p for p in descendants() if p.pid != spare]
 
 
 def _mpi_fds() -> list[int]:
@@ -313,8 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return agent.run()
     finally:
-        kill_all_descendants()
-        psutil.Process().children()  # reap
+        agent.finish()
         _cleanup(agent._tmpdir)
 
 

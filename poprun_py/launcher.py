@@ -255,6 +255,7 @@ class _Teardown:
         self.signal: int | None = None
         self.second_at: float | None = None
         self.kill_at: float | None = None
+        self.released = False
         self.mpi_lines: list[str] = []
 
     def begin(self, reason: str, grace: float) -> None:
@@ -277,6 +278,14 @@ class _Teardown:
             self.second_at = time.monotonic()  # a repeated Ctrl-C: no more grace
 
     def tick(self, now: float) -> None:
+        started = [s for s in self.states if s.host is not None]
+        if self.reason is not None and not self.released and started and all(s.ended for s in started):
+            # Every instance reported how it ended: release the agents, which wait for a second
+            # SIGTERM so that MPICH cannot cut the slower ones short (see agent._linger).
+            self.released = True
+            self.second_at = None
+            self._send(signal.SIGTERM)
+            self.kill_at = now + BACKSTOP_S
         if self.second_at is not None and now >= self.second_at:
             self.second_at = None
             self._send(signal.SIGTERM)

@@ -69,8 +69,52 @@ def signal_tree(root_pid: int | None, procs: list[psutil.Process], signum: int) 
             pass
 
 
-def kill_all_descendants(timeout: float = 2.0) -> None:
-    """SIGKILL every process below this one and reap them."""
-    procs = descendants()
+def kill_all_descendants(timeout: float = 2.0, spare: tuple[int, ...] = ()) -> None:
+    """SIGKILL every process below this one (but ``spare``) and reap them."""
+    procs = [p for p in descendants() if p.pid not in spare]
     signal_tree(None, procs, signal.SIGKILL)
     psutil.wait_procs(procs, timeout=timeout)
+
+
+def processes_with_env(name: str, value: str, exclude: tuple[int, ...] = ()) -> list[psutil.Process]:
+    """This user's processes whose environment has ``name=value`` (inherited by all descendants,
+    also those that started sessions of their own and were re-parented to init)."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in exclude:
+            continue
+        try:
+            if proc.environ().get(name) == value:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            pass
+    return found
+
+
+def start_sweeper(name: str, value: str) -> tuple[int, int]:
+    """Fork a watchdog that, once this process ends in any way (even SIGKILL), kills every
+    process carrying ``name=value`` in its environment.
+
+    Returns (watchdog pid, fd): close the fd to trigger the sweep from a normal exit. The watchdog
+    starts a session of its own, so whoever kills this process's group or session misses it. Call
+    before starting threads.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the watchdog
+        try:
+            os.setsid()
+            os.close(write_fd)
+            while os.read(read_fd, 1):
+                pass
+            procs = processes_with_env(name, value, exclude=(os.getpid(),))
+            for proc in procs:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(procs, timeout=2.0)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    return pid, write_fd

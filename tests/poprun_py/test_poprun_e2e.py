@@ -252,3 +252,32 @@ c.barrier()  # blocked for good: instance 1 never arrives
     assert res.returncode == 4  # the failure's grace is short, whatever --grace-period says
     assert "instance 1 of 2 failed" in res.stderr
     assert_no_leftovers(str(tmp_path))
+
+
+def test_every_instance_gets_its_grace_period_to_checkpoint(tmp_path):
+    """A preempted job: each program saves a checkpoint in its SIGTERM handler, slower on instance 1.
+    Instance 0 finishing first must not get instance 1 killed before it is done."""
+    script = write_script(tmp_path / "ckpt_on_term.py", """
+import os, signal, sys, time
+import poprun_py as popdist
+popdist.init()
+i = popdist.getInstanceIndex()
+def save(*_):
+    time.sleep(0.2 + 1.5 * i)  # stands for writing a checkpoint
+    open(os.path.join(sys.argv[1], f"ckpt_{i}"), "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+""")
+    proc = start_poprun("--num-instances", "2", "--num-replicas", "2", "--grace-period", "30",
+                        "--log-dir", str(tmp_path / "logs"), "python", script, str(tmp_path))
+    _wait_for(proc, "ready", 2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert (tmp_path / "ckpt_0").exists() and (tmp_path / "ckpt_1").exists()
+    instances = json.loads((tmp_path / "logs" / "run.json").read_text())["attempts"][0]["instances"]
+    assert [(i["exit_code"], i["stopped_by_launcher"]) for i in instances] == [(0, True), (0, True)]
+    assert_no_leftovers(str(tmp_path))
