@@ -281,3 +281,42 @@ while True:
     instances = json.loads((tmp_path / "logs" / "run.json").read_text())["attempts"][0]["instances"]
     assert [(i["exit_code"], i["stopped_by_launcher"]) for i in instances] == [(0, True), (0, True)]
     assert_no_leftovers(str(tmp_path))
+
+
+def test_execute_on_instances_restricts_collectives(tmp_path):
+    script = write_script(tmp_path / "subset.py", """
+import numpy as np, poprun_py as popdist
+popdist.init()
+def count_members():
+    one = np.ones(1)
+    popdist.get_comm().allreduce(one)   # only the chosen instances take part
+    return int(one[0])
+got = popdist.execute_on_instances({0, 2}, count_members)
+print("result", got)
+total = np.ones(1); popdist.get_comm().allreduce(total)   # the world again afterwards
+print("world", int(total[0]))
+""")
+    res = poprun("--num-instances", "4", "--num-replicas", "4", "python", script)
+    assert res.returncode == 0, res.stderr
+    lines = set(res.stdout.splitlines())
+    assert {"[0] result 2", "[2] result 2", "[1] result None", "[3] result None"} <= lines
+    assert {f"[{i}] world 4" for i in range(4)} <= lines
+
+
+def test_srun_step_variables_make_an_instance(tmp_path):
+    script = write_script(tmp_path / "touch.py", TOUCH)
+    res = poprun(script, str(tmp_path), env=launcher_env(SLURM_PROCID="0", SLURM_STEP_NUM_TASKS="1",
+                                                        SLURM_LOCALID="0"))
+    assert res.returncode == 0, res.stderr
+    data = json.loads((tmp_path / "instance_0.json").read_text())
+    assert data["env"]["POPDIST_NUM_INSTANCES"] == "1" and data["env"]["POPDIST_NUM_TOTAL_REPLICAS"] == "1"
+    assert "[0]" not in res.stdout  # no launcher in between: the program's own output
+
+
+def test_env_contract_without_mpi_is_refused_clearly(tmp_path):
+    script = write_script(tmp_path / "touch.py", TOUCH)
+    # a hand-made contract for 2 instances, but MPI (a singleton here) has one process
+    res = poprun("--mode", "instance", "--num-instances", "2", "--num-replicas", "2", script, str(tmp_path),
+                 env=launcher_env(PMI_RANK="0", PMI_SIZE="2"))
+    assert res.returncode != 0
+    assert "MPI says rank 0 of 1 but the PopDist environment says instance 0 of 2" in res.stderr
