@@ -1,57 +1,70 @@
 """numba kernels for normalisation with an optional fused activation, on ``[M, C]`` views.
 
-Batch norm sees the whole batch as ``[N*H*W, C]``; group norm works per image on
-``[N, H*W, C]``. Statistics are accumulated in float64 and the variance is two-pass
-(mean first), so float32 results are as close to exact as the format allows.
-``act``: 0 none, 1 SiLU, 2 ReLU, applied to the normalised value with per-channel (batch norm) or
-per-image-and-channel (group norm) ``mu`` and ``a``: ``z = ((x - mu) - mu_lo)*a + beta``, where
-``mu + mu_lo`` is the float64 mean split into two working-precision numbers. Subtracting the
-mean before scaling, in two parts, keeps full precision when the mean is large against the
-spread, while the arithmetic stays in the working precision (float32 vectorises twice as wide).
+Batch norm sees the whole batch as ``[N*H*W, C]`` (possibly widened to ``[M/k, k*C]`` so the
+inner loops are long enough to vectorise; per-column arrays are then tiled k times); group
+norm works per image on ``[N, H*W, C]``. Statistics accumulate in float64 and the variance is
+two-pass (mean first), so float32 results are as close to exact as the format allows.
+
+The normalised value is ``z = ((x - mu) - mu_lo)*a + beta``, where ``mu + mu_lo`` is the float64
+mean split into two working-precision numbers: subtracting the mean first, in two parts, keeps
+full precision when the mean is large against the spread. Activations (``act``: 0 none,
+1 SiLU, 2 ReLU) are evaluated in float64 with a vectorisable exp, then rounded once.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from models._jit import jit, prange
+from models._vmath import exp
 
 NONE, SILU, RELU = 0, 1, 2
 
 
 @jit()
 def sigmoid(z):
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
+    """Branch-free logistic function in float64 (never overflows)."""
+    zz = float(z)
+    e = exp(-abs(zz))
+    s = 1.0 / (1.0 + e)
+    return s if zz >= 0 else e * s
+
+
+@jit()
+def silu(z):
+    zz = float(z)
+    return zz * sigmoid(zz)
+
+
+@jit()
+def silu_grad(z):
+    zz = float(z)
+    s = sigmoid(zz)
+    return s * (1.0 + zz * (1.0 - s))
 
 
 @jit()
 def act_value(z, act):
-    if act == 1:
-        return z * sigmoid(z)
-    if act == 2:
-        return z if z > 0 else 0.0 * z
-    return z
+    if act == SILU:
+        return silu(z)
+    if act == RELU:
+        return max(float(z), 0.0)
+    return float(z)
 
 
 @jit()
 def act_grad(z, act):
     """d act(z) / dz."""
-    if act == 1:
-        s = sigmoid(z)
-        return s * (1.0 + z * (1.0 - s))
-    if act == 2:
+    if act == SILU:
+        return silu_grad(z)
+    if act == RELU:
         return 1.0 if z > 0 else 0.0
     return 1.0
 
 
 @jit(parallel=True)
-def column_moments(x, mean, var, chunks):
-    """Per-column mean and biased variance of x [M, C], two-pass, float64 accumulators."""
+def column_sums(x, out, chunks):
+    """out[c] = sum over rows of x [M, C] (float64)."""
     m_, c_ = x.shape
     part = np.zeros((chunks, c_))
     for t in prange(chunks):
@@ -61,8 +74,14 @@ def column_moments(x, mean, var, chunks):
             for c in range(c_):
                 acc[c] += row[c]
     for c in range(c_):
-        mean[c] = part[:, c].sum() / m_
-    part[:] = 0
+        out[c] = part[:, c].sum()
+
+
+@jit(parallel=True)
+def column_sq_dev(x, mean, out, chunks):
+    """out[c] = sum over rows of (x - mean[c])**2 (float64)."""
+    m_, c_ = x.shape
+    part = np.zeros((chunks, c_))
     for t in prange(chunks):
         acc = part[t]
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
@@ -71,61 +90,82 @@ def column_moments(x, mean, var, chunks):
                 d = row[c] - mean[c]
                 acc[c] += d * d
     for c in range(c_):
-        var[c] = part[:, c].sum() / m_
+        out[c] = part[:, c].sum()
+
+
+@jit()
+def _affine_row(row, mu, mu_lo, a, beta, out, act):
+    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the act test is outside the loops."""
+    c_ = row.shape[0]
+    if act == SILU:
+        for c in range(c_):
+            out[c] = silu(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+    elif act == RELU:
+        for c in range(c_):
+            out[c] = max(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c], 0)
+    else:
+        for c in range(c_):
+            out[c] = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
+
+
+@jit()
+def _dz_row(xr, gr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
+    """out = gr * act'(z) for one row, and p0 += out, p1 += out * xhat (float64)."""
+    c_ = xr.shape[0]
+    if act == SILU:
+        for c in range(c_):
+            out[c] = gr[c] * silu_grad(((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+    elif act == RELU:
+        for c in range(c_):
+            out[c] = gr[c] if ((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c] > 0 else 0
+    else:
+        for c in range(c_):
+            out[c] = gr[c]
+    for c in range(c_):
+        g = float(out[c])
+        p0[c] += g
+        p1[c] += g * (float(xr[c] - mu[c]) - mu_lo[c]) * invstd[c]
 
 
 @jit(parallel=True)
 def affine_act(x, mu, mu_lo, a, beta, y, act):
-    """y = act((x - mu)*a + beta) per column, for x, y [M, C]."""
-    m_, c_ = x.shape
-    for r in prange(m_):
-        row = x[r]
-        out = y[r]
-        for c in range(c_):
-            out[c] = act_value(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c], act)
+    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]."""
+    for r in prange(x.shape[0]):
+        _affine_row(x[r], mu, mu_lo, a, beta, y[r], act)
 
 
 @jit(parallel=True)
-def batch_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, dx, dgamma, dbeta, act, training, chunks):
-    """Backward of y = act((x - mu)*a + beta) with a = gamma*invstd.
-
-    Writes dgamma/dbeta; dx gets dz = dy*act'(z) first, then (training) the batch-norm
-    correction dx = a*(dz - mean(dz) - xhat*mean(dz*xhat)); in eval mode dx = a*dz.
-    """
+def norm_backward_reduce(x, dy, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
+    """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column."""
     m_, c_ = x.shape
     part = np.zeros((chunks, 2, c_))
     for t in prange(chunks):
-        s0 = part[t, 0]
-        s1 = part[t, 1]
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
-            xr = x[r]
-            gr = dy[r]
-            out = dx[r]
-            for c in range(c_):
-                d = (xr[c] - mu[c]) - mu_lo[c]
-                dz = gr[c] * act_grad(d * a[c] + beta[c], act)
-                out[c] = dz
-                s0[c] += dz
-                s1[c] += dz * d * invstd[c]
+            _dz_row(x[r], dy[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
     for c in range(c_):
-        dbeta[c] = part[:, 0, c].sum()
-        dgamma[c] = part[:, 1, c].sum()
-    if not training:
-        for r in prange(m_):
-            out = dx[r]
-            for c in range(c_):
-                out[c] = out[c] * a[c]
-        return
-    k0 = np.empty(c_)
-    k1 = np.empty(c_)
-    for c in range(c_):
-        k0[c] = dbeta[c] / m_
-        k1[c] = dgamma[c] / m_ * invstd[c]
+        s0[c] = part[:, 0, c].sum()
+        s1[c] = part[:, 1, c].sum()
+
+
+@jit(parallel=True)
+def norm_backward_apply(x, mu, mu_lo, a, k0, k1, dx):
+    """dx = a * (dz - k0 - (x - mu) * k1), in place over dx (which holds dz)."""
+    m_, c_ = x.shape
     for r in prange(m_):
         xr = x[r]
         out = dx[r]
         for c in range(c_):
             out[c] = a[c] * (out[c] - k0[c] - ((xr[c] - mu[c]) - mu_lo[c]) * k1[c])
+
+
+@jit(parallel=True)
+def scale_columns(dx, a):
+    """dx *= a per column (eval-mode batch-norm backward)."""
+    m_, c_ = dx.shape
+    for r in prange(m_):
+        out = dx[r]
+        for c in range(c_):
+            out[c] = out[c] * a[c]
 
 
 @jit(parallel=True)
@@ -142,11 +182,14 @@ def group_moments(x, groups, mean, var):
                 acc[c] += row[c]
         for g in range(groups):
             mean[n, g] = acc[g * cg:(g + 1) * cg].sum() / count
+        mc = np.empty(c_)
+        for c in range(c_):
+            mc[c] = mean[n, c // cg]
         acc[:] = 0
         for r in range(m_):
             row = x[n, r]
             for c in range(c_):
-                d = row[c] - mean[n, c // cg]
+                d = row[c] - mc[c]
                 acc[c] += d * d
         for g in range(groups):
             var[n, g] = acc[g * cg:(g + 1) * cg].sum() / count
@@ -154,53 +197,42 @@ def group_moments(x, groups, mean, var):
 
 @jit(parallel=True)
 def group_affine_act(x, mu, mu_lo, a, beta, y, act):
-    """y[n] = act((x[n] - mu[n])*a[n] + beta) with mu, a [N, C] and beta [C]."""
+    """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
         n = i // m_
-        row = x[n, i % m_]
-        out = y[n, i % m_]
-        mn = mu[n]
-        ml = mu_lo[n]
-        an = a[n]
-        for c in range(c_):
-            out[c] = act_value(((row[c] - mn[c]) - ml[c]) * an[c] + beta[c], act)
+        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], act)
 
 
 @jit(parallel=True)
 def group_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
-    """Backward of group norm + act per image; per-image dgamma/dbeta partials [N, C]."""
+    """Backward of group norm + act per image; per-image dgamma/dbeta partials [N, C] (float64)."""
     n_, m_, c_ = x.shape
     groups = invstd.shape[1]
     cg = c_ // groups
     count = m_ * cg
     for n in prange(n_):
-        s0 = np.zeros(c_)
-        s1 = np.zeros(c_)
-        mn = mu[n]
-        ml = mu_lo[n]
-        an = a[n]
-        for r in range(m_):
-            xr = x[n, r]
-            gr = dy[n, r]
-            out = dx[n, r]
-            for c in range(c_):
-                d = (xr[c] - mn[c]) - ml[c]
-                dz = gr[c] * act_grad(d * an[c] + beta[c], act)
-                out[c] = dz
-                s0[c] += dz
-                s1[c] += dz * d * invstd[n, c // cg]
-        k0 = np.zeros(groups)
-        k1 = np.zeros(groups)
+        inv_c = np.empty(c_)
         for c in range(c_):
-            dbeta_n[n, c] = s0[c]
-            dgamma_n[n, c] = s1[c]
-            k0[c // cg] += gamma[c] * s0[c] / count
-            k1[c // cg] += gamma[c] * s1[c] / count
+            inv_c[c] = invstd[n, c // cg]
+        p0, p1 = dbeta_n[n], dgamma_n[n]
+        p0[:] = 0
+        p1[:] = 0
         for r in range(m_):
+            _dz_row(x[n, r], dy[n, r], mu[n], mu_lo[n], a[n], beta, inv_c, dx[n, r], p0, p1, act)
+        kg0 = np.zeros(groups)
+        kg1 = np.zeros(groups)
+        for c in range(c_):
+            kg0[c // cg] += gamma[c] * p0[c] / count
+            kg1[c // cg] += gamma[c] * p1[c] / count
+        k0 = np.empty(c_)
+        k1 = np.empty(c_)
+        for c in range(c_):
+            k0[c] = kg0[c // cg]
+            k1[c] = kg1[c // cg]
+        for r in range(m_):  # dx = invstd * (gamma*dz - mean(gamma*dz) - xhat*mean(gamma*dz*xhat))
             xr = x[n, r]
             out = dx[n, r]
             for c in range(c_):
-                g = c // cg
-                xhat = ((xr[c] - mn[c]) - ml[c]) * invstd[n, g]
-                out[c] = invstd[n, g] * (gamma[c] * out[c] - k0[g] - xhat * k1[g])
+                xhat = (float(xr[c] - mu[n, c]) - mu_lo[n, c]) * inv_c[c]
+                out[c] = inv_c[c] * (gamma[c] * out[c] - k0[c] - xhat * k1[c])

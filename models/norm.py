@@ -31,6 +31,14 @@ def _split(mean: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
     lo[...] = mean - hi
 
 
+def _widen(m: int, c: int) -> int:
+    """Rows to fold into one so that a row has at least 64 values (k must divide m)."""
+    k = max(1, 64 // c)
+    while m % k:
+        k -= 1
+    return k
+
+
 def _chunks(m: int) -> int:
     return max(1, min(_CHUNKS, m)) if is_enabled() else 1
 
@@ -65,7 +73,7 @@ class BatchNorm2d(_Norm):
     """Batch norm (torch semantics: biased variance to normalise, unbiased in the running
     variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
 
-    Keeps: the input x, and the per-channel mean, inverse std and scale.
+    Keeps: the input x, and the per-channel mean, inverse std and scale (tiled, see _widen).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
@@ -85,38 +93,54 @@ class BatchNorm2d(_Norm):
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
         self._check(x)
         c = self.channels
-        x2 = x.reshape(-1, c)
-        m = x2.shape[0]
+        m = x.size // c
+        k = _widen(m, c)
+        xw = x.reshape(-1, k * c)  # [M/k, k*C]: long inner loops; per-channel arrays tiled k times
+        chunks = _chunks(xw.shape[0])
         mean, var = self._buf("mean", (c,), np.float64), self._buf("var", (c,), np.float64)
         if training:
             if m < 2:
                 raise ValueError(f"batch norm {self.name}: training needs more than one value per channel, got {x.shape}")
-            K.column_moments(x2, mean, var, _chunks(m))
+            wide = self._buf("wide", (k * c,), np.float64)
+            K.column_sums(xw, wide, chunks)
+            mean[...] = wide.reshape(k, c).sum(axis=0) / m
+            K.column_sq_dev(xw, np.tile(mean, k), wide, chunks)
+            var[...] = wide.reshape(k, c).sum(axis=0) / m
             self.running_mean[...] = (1 - self.momentum) * self.running_mean + self.momentum * mean
             self.running_var[...] = (1 - self.momentum) * self.running_var + self.momentum * var * (m / (m - 1))
             self.num_batches_tracked += 1
         else:
             mean[...] = self.running_mean
             var[...] = self.running_var
-        invstd = self._buf("invstd", (c,), np.float64)
-        invstd[...] = 1.0 / np.sqrt(var + self.eps)
-        self.mu, self.mu_lo, self.a = self._buf("mu", (c,)), self._buf("mu_lo", (c,)), self._buf("a", (c,))
-        _split(mean, self.mu, self.mu_lo)
-        self.a[...] = self.weight.data * invstd
-        self.invstd, self.training, self.x = invstd, training, x
+        invstd = 1.0 / np.sqrt(var + self.eps)
+        mu, mu_lo = np.empty(c, self.dtype), np.empty(c, self.dtype)
+        _split(mean, mu, mu_lo)
+        a = (self.weight.data * invstd).astype(self.dtype)
+        self.k, self.training, self.x = k, training, x
+        self.mu, self.mu_lo, self.a = np.tile(mu, k), np.tile(mu_lo, k), np.tile(a, k)
+        self.beta, self.invstd = np.tile(self.bias.data, k), np.tile(invstd, k)
         y = self._buf("y", x.shape)
-        K.affine_act(x2, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(-1, c), self.act)
+        K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.act)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        c = self.channels
+        c, k = self.channels, self.k
+        xw = self.x.reshape(-1, k * c)
         dx = self._buf("dx", self.x.shape)
-        dgamma, dbeta = self._buf("dgamma", (c,), np.float64), self._buf("dbeta", (c,), np.float64)
-        x2 = self.x.reshape(-1, c)
-        K.batch_norm_backward(x2, dy.reshape(-1, c), self.mu, self.mu_lo, self.a, self.bias.data, self.invstd,
-                              dx.reshape(-1, c), dgamma, dbeta, self.act, self.training, _chunks(x2.shape[0]))
+        dxw = dx.reshape(xw.shape)
+        s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
+        K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.mu, self.mu_lo, self.a, self.beta, self.invstd,
+                               dxw, s0, s1, self.act, _chunks(xw.shape[0]))
+        dbeta, dgamma = s0.reshape(k, c).sum(axis=0), s1.reshape(k, c).sum(axis=0)
         self.weight.grad[...] = dgamma
         self.bias.grad[...] = dbeta
+        if self.training:  # dx = a * (dz - mean(dz) - xhat * mean(dz * xhat))
+            m = self.x.size // c
+            k0 = np.tile(dbeta / m, k).astype(self.dtype)
+            k1 = np.tile(dgamma / m * self.invstd[:c], k).astype(self.dtype)
+            K.norm_backward_apply(xw, self.mu, self.mu_lo, self.a, k0, k1, dxw)
+        else:
+            K.scale_columns(dxw, self.a)
         return dx
 
 
