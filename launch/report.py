@@ -2,8 +2,9 @@
 
 ``metrics.jsonl`` gets one line per weight update (``{"event": "step", "step", "epoch", "loss",
 "accuracy", "lr", "images_per_s", "global_batch", ...}``), one per evaluation (``"event":
-"eval"``) and a final ``"event": "summary"``. On resume the lines from updates after the
-checkpoint are dropped first, so the file reads as one uninterrupted run.
+"eval"``, ``step`` = updates done when it ran) and a final ``"event": "summary"``. On resume the
+lines from after the checkpoint are dropped first (an evaluation runs before the checkpoint of
+the same update), so the file reads as one uninterrupted run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class MetricsLog:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line torn by the crash
-                if record.get("event") != "summary" and record.get("step", 0) < resume_step:
+                event, step = record.get("event"), record.get("step", 0)
+                if (event == "step" and step < resume_step) or (event == "eval" and step <= resume_step):
                     kept.append(line)
         self.path.write_text("".join(k + "\n" for k in kept))
         self._file = open(self.path, "a", buffering=1)

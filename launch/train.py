@@ -127,14 +127,15 @@ def run(t: Training, resumed: bool) -> int:
                 bar.update(1)
                 bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             tick = now
+            epoch_ended = t.loader.position[0] > epoch
+            if epoch_ended or e.step >= t.total_steps:
+                break
             if cfg.run.checkpoint_every and e.step % cfg.run.checkpoint_every == 0:
                 _save(t)
-            _maybe_kill(t, resumed)
-            if e.step >= t.total_steps:
-                break
-        if t.loader.position[0] > epoch or e.step >= t.total_steps:
-            val = _end_of_epoch(t, epoch, log)
-            tick = time.perf_counter()
+                _maybe_kill(t, resumed)
+        val = _end_of_epoch(t, epoch, log)  # evaluate, then checkpoint (a resume never skips an evaluation)
+        _maybe_kill(t, resumed)
+        tick = time.perf_counter()
     bar.close()
     return _finish(t, log, val, time.perf_counter() - started, e.step - first_step)
 
@@ -160,8 +161,7 @@ def _end_of_epoch(t: Training, epoch: int, log: MetricsLog | None) -> tuple[floa
         if log is not None:
             log.write({"event": "eval", "step": e.step, "epoch": epoch, "val_loss": loss, "val_accuracy": acc,
                        "samples": count})
-    if not t.cfg.run.checkpoint_every or e.step % t.cfg.run.checkpoint_every:
-        _save(t)
+    _save(t)
     return val
 
 

@@ -121,3 +121,11 @@ def test_a_config_error_names_the_key_on_the_command_line(tmp_path):
     proc = train(["--set", "optim.momentun=0.9"], tmp_path)
     assert proc.returncode != 0
     assert "optim.momentun: unknown key; valid keys are name, momentum" in proc.stderr
+
+
+def test_pipelined_replicas_train_like_single_ipu_replicas(tmp_path):
+    short = [*DENSE, "--set", "run.max_steps=6", "--set", "data.grad_accum=4", "--set", "ema.decay=0",
+             "--set", "schedule.warmup_steps=2"]
+    ok(train(short, tmp_path / "single"))
+    ok(train([*short, "--set", "ipu.ipus_per_replica=2", "--set", "ipu.pipeline_splits=[fc2]"], tmp_path / "piped"))
+    np.testing.assert_allclose(losses(tmp_path / "piped"), losses(tmp_path / "single"), rtol=1e-6)
