@@ -140,7 +140,7 @@ class Engine:
         synced = time.perf_counter()
         self.sync_seconds += synced - computed
         totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
-        loss, accuracy, count = totals[0] / totals[2], totals[1] / totals[2], int(totals[2])
+        loss, accuracy, count = float(totals[0] / totals[2]), float(totals[1] / totals[2]), int(totals[2])
         lr, applied, scale = self._update(loss)
         self.step += 1
         self._maybe_check_weights()
@@ -207,7 +207,7 @@ class Engine:
         count = int(totals[2])
         if count == 0:
             raise ValueError("evaluation saw no samples: the validation split is empty")
-        return totals[0] / count, totals[1] / count, count
+        return float(totals[0] / count), float(totals[1] / count), count
 
     # -- replica-local state across instances --------------------------------------------
     def gather_replica_states(self) -> list[dict[str, np.ndarray]] | None:

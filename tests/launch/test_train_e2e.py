@@ -129,3 +129,11 @@ def test_pipelined_replicas_train_like_single_ipu_replicas(tmp_path):
     ok(train(short, tmp_path / "single"))
     ok(train([*short, "--set", "ipu.ipus_per_replica=2", "--set", "ipu.pipeline_splits=[fc2]"], tmp_path / "piped"))
     np.testing.assert_allclose(losses(tmp_path / "piped"), losses(tmp_path / "single"), rtol=1e-6)
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_update(tmp_path):
+    proc = train([*DENSE, "--set", "loss_scaling.initial_scale=1", "--set", "schedule.kind=constant",
+                  "--set", "schedule.base_lr=1e30"], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "NonFiniteLossError: non-finite loss or gradient at weight update" in proc.stderr
+    assert ckpt.find_latest(tmp_path) is None or ckpt.step_of(ckpt.find_latest(tmp_path)) < 20
