@@ -118,6 +118,7 @@ class IpuConfig:
     available_memory_proportion: float = 0.6
     num_io_tiles: int = 0
     system: str = ""  # POD for the prediction; "" = the smallest that holds the replicas
+    num_hosts: int = 1  # host servers feeding the POD (host IO bandwidth in the prediction)
 
     def __post_init__(self) -> None:
         if self.ipus_per_replica < 1:

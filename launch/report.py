@@ -107,7 +107,8 @@ def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_class
                        recompute=cfg.ipu.recompute and cfg.ipu.ipus_per_replica > 1,
                        available_memory_proportion=cfg.ipu.available_memory_proportion,
                        num_io_tiles=cfg.ipu.num_io_tiles, optimizer=_plan_optimizer(cfg.optim),
-                       system=system, dataset_images=dataset_images, epochs=cfg.run.epochs)
+                       system=system, num_hosts=cfg.ipu.num_hosts, dataset_images=dataset_images,
+                       epochs=cfg.run.epochs)
         prediction = predict(plan, load_profile(plan))
         return prediction.images_per_s, system
     except (ValueError, KeyError, StopIteration, RuntimeError, TypeError) as err:

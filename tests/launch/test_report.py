@@ -43,3 +43,15 @@ def test_a_configuration_no_pod_can_run_gets_no_prediction(caplog):
 def test_summary_text_frames_every_field():
     text = summary_text({"val_accuracy": 0.81234, "updates": 12, "predicted_pod": None})
     assert "val_accuracy" in text and "0.8123" in text and text.count("=" * 64) == 2
+
+
+@pytest.mark.parametrize("pod", ["pod16", "pod256"])
+def test_recipe_configs_predict_what_the_ipu_presets_predict(pod):
+    from ipu.cost import predict
+    from ipu.plan import get_preset, load_profile
+
+    cfg = load_config(f"g16-b4-{pod}")
+    images_per_s, system = predicted_pod_images_per_s(cfg, (380, 380, 3), 1000, 1_281_167)
+    preset = get_preset(f"g16-b4-{pod}")
+    assert system == preset.system
+    assert images_per_s == pytest.approx(predict(preset, load_profile(preset)).images_per_s, rel=1e-9)
