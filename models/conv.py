@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from models import _conv_kernels as K
+from models import _gemm
 from models.layer import Layer, Shape
 from models.param import Param
 
@@ -97,8 +98,8 @@ class Conv2d(Layer):
         y = self._buf("y", (n, ho, wo, self.cout))
         if self.path == "pointwise":
             self.x = x  # kept for the weight gradient
-            np.matmul(x.reshape(-1, self.cin), self.weight.data.reshape(self.cout, self.cin).T,
-                      out=y.reshape(-1, self.cout))
+            _gemm.matmul(x.reshape(-1, self.cin), self.weight.data.reshape(self.cout, self.cin).T,
+                         y.reshape(-1, self.cout))
         elif self.path == "depthwise":
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
@@ -121,11 +122,12 @@ class Conv2d(Layer):
     def _backward_pointwise(self, dy):
         dy2 = dy.reshape(-1, self.cout)
         w2 = self.weight.data.reshape(self.cout, self.cin)
-        np.matmul(dy2.T, self.x.reshape(-1, self.cin), out=self.weight.grad.reshape(self.cout, self.cin))
+        _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), self.weight.grad.reshape(self.cout, self.cin),
+                        self._buf("dw_scratch", _gemm.scratch_shape(self.cout, self.cin)))
         if not self.need_dx:
             return None
         dx = self._buf("dx", self.x_shape)
-        np.matmul(dy2, w2, out=dx.reshape(-1, self.cin))
+        _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
 
     def _dw_weight(self) -> np.ndarray:
@@ -163,7 +165,7 @@ class Conv2d(Layer):
         self.cols = cols  # kept for the weight gradient
         wg = self._group_weight()
         if g == 1:
-            np.matmul(cols[0], wg[0], out=y.reshape(p, self.cout))
+            _gemm.matmul(cols[0], wg[0], y.reshape(p, self.cout))
         else:
             out = self._buf("out_g", (g, p, cog))
             np.matmul(cols, wg, out=out)
@@ -179,13 +181,19 @@ class Conv2d(Layer):
             dyg = self._buf("dy_g", (g, p, cog))
             np.copyto(dyg, dy.reshape(p, g, cog).transpose(1, 0, 2))
         dwg = self._buf("dw_g", (g, self.kh * self.kw * cg, cog))
-        np.matmul(self.cols.transpose(0, 2, 1), dyg, out=dwg)
+        if g == 1:
+            _gemm.matmul_tn(self.cols[0], dyg[0], dwg[0], self._buf("dw_scratch", _gemm.scratch_shape(*dwg.shape[1:])))
+        else:
+            np.matmul(self.cols.transpose(0, 2, 1), dyg, out=dwg)
         self.weight.grad[...] = dwg.reshape(g, self.kh, self.kw, cg, cog).transpose(0, 4, 3, 1, 2).reshape(
             self.weight.grad.shape)
         if not self.need_dx:
             return None
         dcols = self.cols  # the columns are no longer needed: reuse them for their gradient
-        np.matmul(dyg, self._group_weight().transpose(0, 2, 1), out=dcols)
+        if g == 1:
+            _gemm.matmul(dyg[0], self._group_weight()[0].T, dcols[0])
+        else:
+            np.matmul(dyg, self._group_weight().transpose(0, 2, 1), out=dcols)
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
         dx = self._buf("dx", self.x_shape)
         K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)

@@ -129,3 +129,30 @@ def test_dropout_masks_scales_and_is_identity_in_eval():
     check_layer(drop, _x(), reset=lambda: setattr(holder, "gen", np.random.default_rng(5)))
     with pytest.raises(ValueError, match="probability"):
         Dropout("d", "b", 1.0, holder)
+
+
+def test_vectorised_exp_is_accurate():
+    import numba
+
+    from models._vmath import exp
+
+    @numba.njit(error_model="numpy")
+    def apply(x, y):
+        for i in range(x.size):
+            y[i] = exp(x[i])
+
+    x = np.concatenate([np.linspace(-708, 709, 20001), np.random.default_rng(0).uniform(-30, 30, 20000)])
+    y = np.empty_like(x)
+    apply(x, y)
+    assert np.abs(y / np.exp(x) - 1).max() < 1e-15
+
+
+def test_thread_cap_is_validated():
+    from models import _jit
+
+    with pytest.raises(ValueError, match="set_num_threads"):
+        _jit.set_num_threads(0)
+    before = _jit.get_num_threads()
+    _jit.set_num_threads(1)
+    assert _jit.get_num_threads() == 1
+    _jit.set_num_threads(before)
