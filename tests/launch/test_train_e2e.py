@@ -33,9 +33,10 @@ TOPOLOGY = ["--config", "default", "--set", "model.name=efficientnet-tiny",
             "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "data.prefetch=0",
             "--set", "schedule.warmup_epochs=0", "--set", "schedule.warmup_steps=5"]
 
-DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", "data.micro_batch=8",
-         "--set", "run.max_steps=20", "--set", "run.checkpoint_every=5", "--set", "run.plots=false",
-         "--set", "run.evaluate=false", "--set", "run.progress_bar=false", "--set", "run.checksum_every=5",
+# 39 updates an epoch: the 50-update runs cross an epoch end (evaluation, checkpoint, EMA).
+DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", "data.micro_batch=64",
+         "--set", "run.max_steps=50", "--set", "run.checkpoint_every=5", "--set", "run.plots=false",
+         "--set", "run.progress_bar=false", "--set", "run.checksum_every=5",
          "--set", "loss_scaling.initial_scale=128", "--set", "ema.decay=0.9"]
 
 
@@ -65,10 +66,15 @@ def losses(run_dir: Path) -> np.ndarray:
     return np.array([r["loss"] for r in steps])
 
 
-def final_state(run_dir: Path) -> dict[str, np.ndarray]:
+def final_state(run_dir: Path, steps: int = 20) -> dict[str, np.ndarray]:
     arrays, meta = ckpt.load_checkpoint(ckpt.find_latest(run_dir))
-    assert meta["step"] == 20
+    assert meta["step"] == steps
     return arrays
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["event"] == "eval"]
 
 
 def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path):
@@ -95,24 +101,25 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp_path):
-    killed = train([*DENSE, "--set", "run.kill_at_step=10"], tmp_path)
+    killed = train([*DENSE, "--set", "run.kill_at_step=45"], tmp_path)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert ckpt.find_latest(tmp_path).name == "ckpt-00000010.h5"
-    resumed = train([*DENSE, "--set", "run.kill_at_step=10", "--resume", "auto"], tmp_path)
+    assert ckpt.find_latest(tmp_path).name == "ckpt-00000045.h5"
+    resumed = train([*DENSE, "--set", "run.kill_at_step=45", "--resume", "auto"], tmp_path)
     ok(resumed)
     assert "Resumed from" in resumed.stderr
-    want, got = final_state(uninterrupted), final_state(tmp_path)
+    want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
     assert set(got) == set(want) and any(k.startswith("ema/") for k in got) and any(k.startswith("optim/") for k in got)
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     np.testing.assert_array_equal(losses(tmp_path), losses(uninterrupted))
+    assert evaluations(tmp_path) == evaluations(uninterrupted) and len(evaluations(tmp_path)) == 2
 
 
 def test_launcher_restarts_a_crashed_job_from_its_checkpoint(uninterrupted, tmp_path):
-    proc = train([*DENSE, "--set", "run.kill_at_step=10"], tmp_path, instances=2, launcher=["--max-restarts", "1"])
+    proc = train([*DENSE, "--set", "run.kill_at_step=20"], tmp_path, instances=2, launcher=["--max-restarts", "1"])
     ok(proc)
     assert "Resumed from" in proc.stderr + proc.stdout
-    want, got = final_state(uninterrupted), final_state(tmp_path)
+    want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
     for key in want:  # 2 instances sum gradients in another order than 1: equal to float32 rounding
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
@@ -125,7 +132,7 @@ def test_a_config_error_names_the_key_on_the_command_line(tmp_path):
 
 def test_pipelined_replicas_train_like_single_ipu_replicas(tmp_path):
     short = [*DENSE, "--set", "run.max_steps=6", "--set", "data.grad_accum=4", "--set", "ema.decay=0",
-             "--set", "schedule.warmup_steps=2"]
+             "--set", "schedule.warmup_steps=2", "--set", "data.micro_batch=8", "--set", "run.evaluate=false"]
     ok(train(short, tmp_path / "single"))
     ok(train([*short, "--set", "ipu.ipus_per_replica=2", "--set", "ipu.pipeline_splits=[fc2]"], tmp_path / "piped"))
     np.testing.assert_allclose(losses(tmp_path / "piped"), losses(tmp_path / "single"), rtol=1e-6)
