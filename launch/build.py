@@ -103,7 +103,8 @@ def build_training(cfg: TrainConfig, comm, instance_index: int, num_instances: i
     replicas = build_replicas(cfg, model, train_set.info, instance_index * local, local)
     engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
                     total_replicas=cfg.data.replicas, scaler=LossScaler(cfg.loss_scaling),
-                    ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every)
+                    ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
+                    grad_dtype=np.dtype(cfg.run.gradient_dtype))
     engine.broadcast_initial_state()
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,

@@ -143,6 +143,7 @@ class RunConfig:
     plots: bool = True
     progress_bar: bool = True
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
+    gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.engine.Engine)
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:
@@ -150,6 +151,8 @@ class RunConfig:
         for name in ("max_steps", "checkpoint_every", "checksum_every", "kill_at_step", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
+        if self.gradient_dtype not in ("float32", "float64"):
+            raise ValueError(f"run.gradient_dtype={self.gradient_dtype!r} must be float32 or float64")
         if self.keep_checkpoints < 1:
             raise ValueError(f"run.keep_checkpoints={self.keep_checkpoints!r} must be >= 1")
 
