@@ -14,6 +14,7 @@ default when the launcher restarts a failed job (``--max-restarts``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -108,9 +109,24 @@ def _log_start(t: Training, dist) -> None:
 
 def run(t: Training, resumed: bool) -> int:
     """The training loop; returns the exit code."""
-    cfg, e, lead = t.cfg, t.engine, t.instance_index == 0
-    log = MetricsLog(cfg.run.run_dir, resume_step=e.step) if lead else None
+    lead = t.instance_index == 0
+    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step) if lead else None
     bar = _progress_bar(t, lead)
+    with _logs_around(bar):
+        return _loop(t, log, bar, lead, resumed)
+
+
+def _logs_around(bar):
+    """Route log records through tqdm while its bar is drawn, so a record never lands on the bar."""
+    if bar.disable:
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
+
+
+def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
+    cfg, e = t.cfg, t.engine
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
     tick = time.perf_counter()
