@@ -63,43 +63,37 @@ def act_grad(z, act):
 
 
 @jit(parallel=True)
-def column_sums(x, out, chunks):
-    """out[c] = sum over rows of x [M, C] (float64)."""
+def column_moments(x, shift, s1, s2, chunks):
+    """s1[c] = sum(x - shift[c]), s2[c] = sum((x - shift[c])**2) over rows of x [M, C], in one
+    pass with float64 accumulators. With ``shift`` a sample of the column (its first row), the
+    variance ``s2/M - (s1/M)**2`` loses no significant precision to cancellation."""
     m_, c_ = x.shape
-    part = np.zeros((chunks, c_))
+    part = np.zeros((chunks, 2, c_))
     for t in prange(chunks):
-        acc = part[t]
+        p1 = part[t, 0]
+        p2 = part[t, 1]
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
             row = x[r]
             for c in range(c_):
-                acc[c] += row[c]
+                d = float(row[c]) - shift[c]
+                p1[c] += d
+                p2[c] += d * d
     for c in range(c_):
-        out[c] = part[:, c].sum()
-
-
-@jit(parallel=True)
-def column_sq_dev(x, mean, out, chunks):
-    """out[c] = sum over rows of (x - mean[c])**2 (float64)."""
-    m_, c_ = x.shape
-    part = np.zeros((chunks, c_))
-    for t in prange(chunks):
-        acc = part[t]
-        for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
-            row = x[r]
-            for c in range(c_):
-                d = row[c] - mean[c]
-                acc[c] += d * d
-    for c in range(c_):
-        out[c] = part[:, c].sum()
+        s1[c] = part[:, 0, c].sum()
+        s2[c] = part[:, 1, c].sum()
 
 
 @jit()
-def _affine_row(row, mu, mu_lo, a, beta, out, act):
-    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the act test is outside the loops."""
+def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
+    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the act test is outside the loops.
+    For SiLU the sigmoid of z is also stored in ``sig`` for the backward pass."""
     c_ = row.shape[0]
     if act == SILU:
         for c in range(c_):
-            out[c] = silu(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+            z = float(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+            sz = sigmoid(z)
+            sig[c] = sz
+            out[c] = z * sz
     elif act == RELU:
         for c in range(c_):
             out[c] = max(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c], 0)
@@ -109,12 +103,15 @@ def _affine_row(row, mu, mu_lo, a, beta, out, act):
 
 
 @jit()
-def _dz_row(xr, gr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
-    """out = gr * act'(z) for one row, and p0 += out, p1 += out * xhat (float64)."""
+def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
+    """out = gr * act'(z) for one row (SiLU: from the stored sigmoid ``sr``), and p0 += out,
+    p1 += out * xhat (float64)."""
     c_ = xr.shape[0]
     if act == SILU:
         for c in range(c_):
-            out[c] = gr[c] * silu_grad(((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+            z = float(((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
+            sz = float(sr[c])
+            out[c] = gr[c] * (sz * (1.0 + z * (1.0 - sz)))
     elif act == RELU:
         for c in range(c_):
             out[c] = gr[c] if ((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c] > 0 else 0
@@ -128,20 +125,20 @@ def _dz_row(xr, gr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
 
 
 @jit(parallel=True)
-def affine_act(x, mu, mu_lo, a, beta, y, act):
-    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]."""
+def affine_act(x, mu, mu_lo, a, beta, y, sig, act):
+    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU)."""
     for r in prange(x.shape[0]):
-        _affine_row(x[r], mu, mu_lo, a, beta, y[r], act)
+        _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act)
 
 
 @jit(parallel=True)
-def norm_backward_reduce(x, dy, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
+def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
     """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column."""
     m_, c_ = x.shape
     part = np.zeros((chunks, 2, c_))
     for t in prange(chunks):
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
-            _dz_row(x[r], dy[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
+            _dz_row(x[r], dy[r], sig[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
     for c in range(c_):
         s0[c] = part[:, 0, c].sum()
         s1[c] = part[:, 1, c].sum()
@@ -196,16 +193,16 @@ def group_moments(x, groups, mean, var):
 
 
 @jit(parallel=True)
-def group_affine_act(x, mu, mu_lo, a, beta, y, act):
+def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
         n = i // m_
-        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], act)
+        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act)
 
 
 @jit(parallel=True)
-def group_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
+def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
     """Backward of group norm + act per image; per-image dgamma/dbeta partials [N, C] (float64)."""
     n_, m_, c_ = x.shape
     groups = invstd.shape[1]
@@ -219,7 +216,7 @@ def group_norm_backward(x, dy, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, 
         p0[:] = 0
         p1[:] = 0
         for r in range(m_):
-            _dz_row(x[n, r], dy[n, r], mu[n], mu_lo[n], a[n], beta, inv_c, dx[n, r], p0, p1, act)
+            _dz_row(x[n, r], dy[n, r], sig[n, r], mu[n], mu_lo[n], a[n], beta, inv_c, dx[n, r], p0, p1, act)
         kg0 = np.zeros(groups)
         kg1 = np.zeros(groups)
         for c in range(c_):

@@ -57,6 +57,10 @@ class _Norm(Layer):
     def params(self) -> list[Param]:
         return [self.weight, self.bias]
 
+    def _sig_buf(self, y):
+        """Where SiLU keeps sigmoid(z) for backward; other activations never touch it (y stands in)."""
+        return self._buf("sig", y.shape) if self.act == K.SILU else y
+
     def _check(self, x):
         if x.ndim != 4 or x.shape[3] != self.channels:
             raise ValueError(f"norm {self.name}: expected NHWC input with {self.channels} channels, got {x.shape}")
@@ -73,7 +77,8 @@ class BatchNorm2d(_Norm):
     """Batch norm (torch semantics: biased variance to normalise, unbiased in the running
     variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
 
-    Keeps: the input x, and the per-channel mean, inverse std and scale (tiled, see _widen).
+    Keeps: the input x, sigmoid(z) when the activation is SiLU, and the per-channel mean,
+    inverse std and scale (tiled, see _widen).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
@@ -100,12 +105,14 @@ class BatchNorm2d(_Norm):
         mean, var = self._buf("mean", (c,), np.float64), self._buf("var", (c,), np.float64)
         if training:
             if m < 2:
-                raise ValueError(f"batch norm {self.name}: training needs more than one value per channel, got {x.shape}")
-            wide = self._buf("wide", (k * c,), np.float64)
-            K.column_sums(xw, wide, chunks)
-            mean[...] = wide.reshape(k, c).sum(axis=0) / m
-            K.column_sq_dev(xw, np.tile(mean, k), wide, chunks)
-            var[...] = wide.reshape(k, c).sum(axis=0) / m
+                raise ValueError(f"batch norm {self.name}: training needs more than one value per channel, "
+                                 f"got input shape {x.shape}")
+            s1, s2 = self._buf("s1", (k * c,), np.float64), self._buf("s2", (k * c,), np.float64)
+            shift = np.tile(xw[0, :c].astype(np.float64), k)
+            K.column_moments(xw, shift, s1, s2, chunks)
+            d1 = s1.reshape(k, c).sum(axis=0) / m
+            mean[...] = shift[:c] + d1
+            var[...] = np.maximum(s2.reshape(k, c).sum(axis=0) / m - d1 * d1, 0.0)
             self.running_mean[...] = (1 - self.momentum) * self.running_mean + self.momentum * mean
             self.running_var[...] = (1 - self.momentum) * self.running_var + self.momentum * var * (m / (m - 1))
             self.num_batches_tracked += 1
@@ -120,7 +127,9 @@ class BatchNorm2d(_Norm):
         self.mu, self.mu_lo, self.a = np.tile(mu, k), np.tile(mu_lo, k), np.tile(a, k)
         self.beta, self.invstd = np.tile(self.bias.data, k), np.tile(invstd, k)
         y = self._buf("y", x.shape)
-        K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.act)
+        self.sig = self._sig_buf(y)
+        K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.sig.reshape(xw.shape),
+                     self.act)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
@@ -129,8 +138,8 @@ class BatchNorm2d(_Norm):
         dx = self._buf("dx", self.x.shape)
         dxw = dx.reshape(xw.shape)
         s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
-        K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.mu, self.mu_lo, self.a, self.beta, self.invstd,
-                               dxw, s0, s1, self.act, _chunks(xw.shape[0]))
+        K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.sig.reshape(xw.shape), self.mu, self.mu_lo, self.a,
+                               self.beta, self.invstd, dxw, s0, s1, self.act, _chunks(xw.shape[0]))
         dbeta, dgamma = s0.reshape(k, c).sum(axis=0), s1.reshape(k, c).sum(axis=0)
         self.weight.grad[...] = dgamma
         self.bias.grad[...] = dbeta
@@ -146,7 +155,8 @@ class BatchNorm2d(_Norm):
 
 class GroupNorm(_Norm):
     """Group norm over (H, W, C/groups) per image (torch semantics; groups=1 is layer norm
-    over H, W, C), then ``act``. Keeps: the input x and the per-image, per-group statistics.
+    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU, and the per-image,
+    per-group statistics.
     """
 
     def __init__(self, name: str, block: str, channels: int, groups: int, eps: float = 1e-3,
@@ -170,15 +180,19 @@ class GroupNorm(_Norm):
         self.a[...] = invstd[:, per_c] * self.weight.data
         self.invstd, self.x = invstd, x
         y = self._buf("y", x.shape)
-        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(n, -1, c), self.act)
+        self.sig = self._sig_buf(y)
+        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape),
+                           self.sig.reshape(x3.shape), self.act)
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
         dx = self._buf("dx", self.x.shape)
         dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
-        K.group_norm_backward(self.x.reshape(n, -1, c), dy.reshape(n, -1, c), self.mu, self.mu_lo, self.a, self.bias.data,
-                              self.invstd, self.weight.data, dx.reshape(n, -1, c), dg, db, self.act)
+        shape3 = (n, -1, c)
+        K.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
+                              self.mu_lo, self.a, self.bias.data, self.invstd, self.weight.data, dx.reshape(shape3),
+                              dg, db, self.act)
         self.weight.grad[...] = dg.sum(axis=0)
         self.bias.grad[...] = db.sum(axis=0)
         return dx

@@ -62,7 +62,8 @@ def build_model(name: str, num_classes: int | None = None, dtype=np.float32, see
             overrides["num_classes"] = num_classes
         known = {f.name for f in dataclasses.fields(DenseNetConfig)}
         if set(overrides) - known:
-            raise ValueError(f"model {name!r}: unknown overrides {sorted(set(overrides) - known)}; known {sorted(known)}")
+            raise ValueError(f"model {name!r}: unknown overrides {sorted(set(overrides) - known)}; "
+                             f"known {sorted(known)}")
         if "hidden" in overrides:
             overrides["hidden"] = tuple(overrides["hidden"])
         cfg = DenseNetConfig(**overrides)

@@ -54,6 +54,9 @@ def test_float64_model_gradients_by_finite_differences(name):
     _, dlogits = loss_at()
     dx = model.backward(dlogits)
     rng = np.random.default_rng(0)
+    # gradients that are zero in exact arithmetic (a bias feeding only batch norms) are compared
+    # at 1 % of the largest gradient: finite differences carry ~1e-8 of rounding noise there
+    floor = 1e-2 * max(np.abs(p.grad).max() for p in model.params())
     checks = [("x", x, dx.copy())] + [(p.name, p.data, p.grad.copy()) for p in rng.choice(model.params(), 12)]
     for name_, arr, grad in checks:
         for i in rng.choice(arr.size, min(3, arr.size), replace=False):
@@ -64,7 +67,7 @@ def test_float64_model_gradients_by_finite_differences(name):
             down = loss_at()[0]
             flat[i] = old
             numeric = (up - down) / 2e-6
-            assert abs(grad.reshape(-1)[i] - numeric) <= 1e-5 * max(np.abs(grad).max(), 1e-3), name_
+            assert abs(grad.reshape(-1)[i] - numeric) <= 1e-5 * max(np.abs(grad).max(), floor), name_
 
 
 def test_mbconv_block_with_drop_connect_gradients():

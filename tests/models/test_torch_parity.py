@@ -80,3 +80,25 @@ def test_train_loss_and_every_gradient_match_torch(name):
     ref_buffers = dict(ref.named_buffers())
     for key, value in ours.buffers().items():  # running statistics after one training step
         np.testing.assert_allclose(value, ref_buffers[key].numpy(), rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.torch
+def test_weights_saved_by_torch_load_into_our_model(tmp_path):
+    """The path users take from torchvision's pretrained weights: torch -> safetensors -> us."""
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    from models import load_state_dict_file
+
+    torch.manual_seed(0)
+    ref = EfficientNetRef("tiny", num_classes=10).eval()
+    for m in ref.modules():  # non-trivial running statistics, as in a trained model
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    path = tmp_path / "tiny_torch.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
+    ours = build_model("efficientnet-tiny", num_classes=10)
+    ours.load_state_dict(load_state_dict_file(path), strict=True)
+    x, _ = _batch()
+    with torch.no_grad():
+        expected = ref(torch.from_numpy(x).permute(0, 3, 1, 2)).numpy()
+    assert _rel(ours.forward(x, training=False), expected) < 1e-4
