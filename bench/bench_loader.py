@@ -1,7 +1,7 @@
 """Loader benchmarks: uint8 against float32 storage, and prefetch overlap.
 
     .venv/bin/python bench/bench_loader.py [--samples 4096] [--size 64] [--batch 256] [--repeats 3]
-                                           [--only throughput|overlap] [--quiet-wait 30]
+                                           [--only throughput|overlap] [--compute spin sleep] [--quiet-wait 30]
 
 Section 1, throughput. Writes one synthetic split twice into a temporary directory, as uint8 (the
 project's layout, without the per-chunk checksum) and as float32 (the same pixels as floats, the
@@ -14,8 +14,9 @@ delivers one whole global batch; median of ``--repeats`` epochs; images/s and MB
 
 Section 2, overlap. A loader doing real work (memory + RRC 56 + flip) takes L ms a step; a stand-in
 device step takes T ms: ``spin`` is a numba loop that releases the GIL (the emulator's case: the
-"device" needs a core too), ``sleep`` a wait on a device that computes elsewhere (a real POD). Without prefetch a step costs T + L;
-with the default depth-3 queue it should cost max(T, L). ``fraction`` = max(T, L) / measured.
+"device" needs a core too), ``sleep`` a wait on a device that computes elsewhere (a real POD).
+Without prefetch a step costs T + L; with the default depth-3 queue it should cost max(T, L).
+``fraction`` = max(T, L) / measured.
 Each figure in this section is the fastest of ``--repeats`` epochs, applied alike to T, L, serial
 and overlapped, because on shared cores the fastest run is the least contaminated one.
 
@@ -124,7 +125,8 @@ def throughput(args: argparse.Namespace, tmp: Path) -> None:
     out = round(args.size * 7 / 8)
     modes = {"stream": dict(cache="stream"), "memory": dict(cache="memory"),
              "augment": dict(cache="memory", augment=AugmentConfig(out_size=(out, out)))}
-    print(f"{'pipeline':<9} {'uint8 img/s':>12} {'MB/s':>7} {'float32 img/s':>14} {'MB/s':>7} {'u8/f32':>7} {'busy':>5}")
+    print(f"{'pipeline':<9} {'uint8 img/s':>12} {'MB/s':>7} {'float32 img/s':>14} {'MB/s':>7} "
+          f"{'u8/f32':>7} {'busy':>5}")
     for name, options in modes.items():
         row = {}
         wait_for_quiet(args.quiet_wait)
@@ -189,8 +191,8 @@ def overlap(args: argparse.Namespace, tmp: Path) -> None:
     path = tmp / "overlap.h5"
     convert_synthetic(path, train=SyntheticSpec(args.samples, 64, 64, 3, 10), val_samples=16, checksum=False)
     dataset = open_dataset(path, "train")
-    make = lambda prefetch: Loader(dataset, BatchSpec(micro_batch=args.overlap_batch), seed=0, prefetch=prefetch,  # noqa: E731
-                                   cache="memory", augment=AugmentConfig(out_size=(56, 56)))
+    spec, augment = BatchSpec(micro_batch=args.overlap_batch), AugmentConfig(out_size=(56, 56))
+    make = lambda prefetch: Loader(dataset, spec, seed=0, prefetch=prefetch, cache="memory", augment=augment)  # noqa: E731
     steps = make(0).steps_per_epoch
     best = lambda fn: min(_timed(fn) for _ in range(args.repeats)) / steps * 1e3  # noqa: E731  ms per step
     list(make(0))  # warm-up

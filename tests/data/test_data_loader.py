@@ -154,7 +154,8 @@ def test_stream_mode_reads_only_the_instance_share(train, monkeypatch):
 def test_fewer_samples_than_one_global_batch(tmp_path):
     path = write_tiny(tmp_path / "small.h5", n_train=10)
     dataset = open_dataset(path, "train")
-    with pytest.raises(DatasetError, match=r"small.h5: split 'train' has 10 samples, fewer than one global batch of 12"):
+    message = r"small.h5: split 'train' has 10 samples, fewer than one global batch of 12"
+    with pytest.raises(DatasetError, match=message):
         Loader(dataset, BatchSpec(micro_batch=3, local_replicas=2, num_instances=2))
     padded = Loader(dataset, BatchSpec(micro_batch=3, local_replicas=2, num_instances=2), drop_remainder=False)
     assert padded.steps_per_epoch == 1
