@@ -13,11 +13,16 @@ default when the launcher restarts a failed job (``--max-restarts``).
 
 from __future__ import annotations
 
+import os
+
+# numba's parallel kernels run on OpenMP; threads that spin while waiting slow training several
+# times over when cores are shared (see poprun_py/placement.py). Set before numba loads OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import time

@@ -57,5 +57,13 @@ def spread_cpus(nodes: list[list[int]], allowed: set[int], local_index: int, loc
 
 
 def thread_env(num_cpus: int, environ: dict[str, str]) -> dict[str, str]:
-    """Thread-count variables for an instance that owns ``num_cpus`` CPUs, unless the user set them."""
-    return {name: str(max(1, num_cpus)) for name in THREAD_VARS if name not in environ}
+    """Thread settings for an instance that owns ``num_cpus`` CPUs, unless the user set them.
+
+    Thread counts match the CPUs. OpenMP threads (numba's parallel kernels use its OpenMP layer)
+    wait passively: spinning threads that share cores with other instances or other jobs made
+    training 4x slower on a busy 2-core machine (bench/bench_scaling.py, docs/training.md).
+    """
+    env = {name: str(max(1, num_cpus)) for name in THREAD_VARS if name not in environ}
+    if "OMP_WAIT_POLICY" not in environ:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env

@@ -23,7 +23,8 @@ def test_spread_cpus(nodes, allowed, index, count, expected):
 
 def test_thread_env_respects_user_settings():
     assert thread_env(2, {"OMP_NUM_THREADS": "8"}) == {
-        "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2"}
+        "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert "OMP_WAIT_POLICY" not in thread_env(1, {"OMP_WAIT_POLICY": "ACTIVE"})
 
 
 PY = "/venv/bin/python3"
