@@ -3,6 +3,7 @@
 Imports numpy and numba only.
 """
 
+from models._jit import get_num_threads, set_num_threads
 from models.efficientnet import EfficientNetConfig, block_specs, param_count
 from models.io import load_state_dict_file, save_state_dict
 from models.loss import softmax_cross_entropy
@@ -13,5 +14,6 @@ from models.registry import build_model, efficientnet_config
 
 __all__ = [
     "EfficientNetConfig", "LayerProfile", "Model", "Param", "block_specs", "build_model", "efficientnet_config",
-    "load_state_dict_file", "param_count", "save_state_dict", "softmax_cross_entropy",
+    "get_num_threads", "load_state_dict_file", "param_count", "save_state_dict", "set_num_threads",
+    "softmax_cross_entropy",
 ]
