@@ -205,3 +205,18 @@ def test_evaluation_resize_keeps_the_whole_image(tiny_file):
     assert bigger[0].images.shape == (1, 1, 5, 12, 10, 3)
     # every stored pixel except (0, 0) equals the row id, so the upsampled image keeps it away from the corner
     assert np.array_equal(bigger[0].images[0, 0, :, 6, 6, 0], bigger[0].sample_ids[0, 0] % 251)
+
+
+def test_another_process_builds_the_same_batch(tiny_file, tmp_path):
+    """Instances are separate processes: nothing in a batch may depend on per-process state."""
+    import subprocess
+    import sys
+
+    code = (f"import numpy as np; from data import open_dataset, Loader, BatchSpec; "
+            f"d = open_dataset({str(tiny_file)!r}, 'train'); "
+            f"b = Loader(d, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch=0).batch_at(2, 1); "
+            f"np.save({str(tmp_path / 'b.npy')!r}, b.images)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    train = open_dataset(tiny_file, "train")
+    here = Loader(train, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch=0).batch_at(2, 1)
+    assert np.array_equal(np.load(tmp_path / "b.npy"), here.images)
