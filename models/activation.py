@@ -50,7 +50,7 @@ class Activation(Layer):
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
-        dx = self._buf("dx", self.x.shape)
+        dx = self._grad_buf(self.x.shape)
         _act_backward(self.x.reshape(-1), self.y.reshape(-1), np.ascontiguousarray(dy).reshape(-1),
                       dx.reshape(-1), self.code)
         return dx

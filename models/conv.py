@@ -126,7 +126,7 @@ class Conv2d(Layer):
                         self._buf("dw_scratch", _gemm.scratch_shape(self.cout, self.cin)))
         if not self.need_dx:
             return None
-        dx = self._buf("dx", self.x_shape)
+        dx = self._grad_buf(self.x_shape)
         _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
 
@@ -143,7 +143,7 @@ class Conv2d(Layer):
         self.weight.grad[:, 0] = part.sum(axis=0).transpose(2, 0, 1)
         if not self.need_dx:
             return None
-        dx = self._buf("dx", self.x_shape)
+        dx = self._grad_buf(self.x_shape)
         K.dw_backward_input(dy, self._dw_weight(), dx, self.sh, self.sw, pt, pl)
         return dx
 
@@ -195,7 +195,7 @@ class Conv2d(Layer):
         else:
             np.matmul(dyg, self._group_weight().transpose(0, 2, 1), out=dcols)
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
-        dx = self._buf("dx", self.x_shape)
+        dx = self._grad_buf(self.x_shape)
         K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
         return dx
 

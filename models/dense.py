@@ -56,7 +56,7 @@ class Dense(Layer):
             self.bias.grad[...] = dy.sum(axis=0, dtype=np.float64)
         if not self.need_dx:
             return None
-        dx = self._buf("dx", self.x.shape)
+        dx = self._grad_buf(self.x.shape)
         np.matmul(dy, self.weight.data, out=dx)
         return dx
 

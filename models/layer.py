@@ -27,6 +27,45 @@ class Rng:
         self.gen = gen if gen is not None else np.random.default_rng(0)
 
 
+class GradPool:
+    """Free gradient buffers keyed by (shape, dtype), shared by one model's layers.
+
+    During backward only a few gradients are alive at once (the one being consumed, the one
+    being produced, and a residual branch's), so a layer *takes* its ``dx`` buffer here and the
+    container *gives* it back once the layer below has consumed it. Only arrays this pool
+    created are ever taken back.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._owned: set[int] = set()
+
+    def take(self, shape: Shape, dtype) -> np.ndarray:
+        free = self._free.get((tuple(shape), np.dtype(dtype)))
+        if free:
+            return free.pop()
+        arr = np.empty(shape, dtype)
+        self._owned.add(id(arr))
+        return arr
+
+    def give(self, arr: np.ndarray | None) -> None:
+        while arr is not None and arr.base is not None and isinstance(arr.base, np.ndarray):
+            arr = arr.base
+        if arr is not None and id(arr) in self._owned:
+            key = (arr.shape, arr.dtype)
+            if not any(a is arr for a in self._free.get(key, ())):
+                self._free.setdefault(key, []).append(arr)
+
+
+def release_consumed(pool: GradPool | None, consumed: np.ndarray | None, produced: np.ndarray | None) -> None:
+    """Give ``consumed`` back unless ``produced`` is (a view of) it."""
+    if pool is None or consumed is None:
+        return
+    if produced is not None and (produced is consumed or np.may_share_memory(produced, consumed)):
+        return
+    pool.give(consumed)
+
+
 class Layer:
     """Base class: parameter/buffer listing, scratch buffers and profile plumbing.
 
@@ -41,6 +80,15 @@ class Layer:
         self.block = block
         self.dtype = np.dtype(dtype)
         self._scratch: dict[str, np.ndarray] = {}
+        self.grad_pool: GradPool | None = None
+
+    def set_grad_pool(self, pool: GradPool | None) -> None:
+        self.grad_pool = pool
+        for child in self.children():
+            child.set_grad_pool(pool)
+
+    def children(self) -> list["Layer"]:
+        return []
 
     # -- parameters and state ------------------------------------------------------------
     def params(self) -> list[Param]:
@@ -51,6 +99,12 @@ class Layer:
 
     def _key(self, suffix: str) -> str:
         return f"{self.name}.{suffix}" if self.name else suffix
+
+    def _grad_buf(self, shape: Shape) -> np.ndarray:
+        """The buffer for this layer's input gradient: from the model's pool when there is one."""
+        if self.grad_pool is None:
+            return self._buf("dx", shape)
+        return self.grad_pool.take(shape, self.dtype)
 
     def _buf(self, key: str, shape: Shape, dtype=None) -> np.ndarray:
         """A scratch array owned by this layer, reallocated only when the shape changes."""
@@ -94,6 +148,9 @@ class Sequential(Layer):
         super().__init__(name, block, dtype)
         self.layers = layers
 
+    def children(self) -> list[Layer]:
+        return list(self.layers)
+
     def params(self) -> list[Param]:
         return [p for layer in self.layers for p in layer.params()]
 
@@ -109,8 +166,12 @@ class Sequential(Layer):
         return x
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
+        first = dy
         for layer in reversed(self.layers):
-            dy = layer.backward(dy)
+            out = layer.backward(dy)
+            if dy is not first:  # an intermediate gradient, consumed: back to the pool
+                release_consumed(self.grad_pool, dy, out)
+            dy = out
         return dy
 
     def out_shape(self, shape: Shape) -> Shape:

@@ -93,6 +93,9 @@ class MBConv(Layer):
                                 padding, dtype, rng))
         self.body = Sequential(p, b, layers, dtype)
 
+    def children(self):
+        return [self.body]
+
     def params(self):
         return self.body.params()
 

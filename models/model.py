@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.layer import Layer, Rng
+from models.layer import GradPool, Layer, Rng, release_consumed
 from models.param import Param
 from models.profile import LayerProfile
 
@@ -23,6 +23,10 @@ class Model:
         self._blocks = [b for _, b in blocks]
         self._rng = rng
         self._input: np.ndarray | None = None
+        self._pool = GradPool()  # backward's gradient buffers, shared by all layers
+        self._last_dx: np.ndarray | None = None
+        for b in self._blocks:
+            b.set_grad_pool(self._pool)
         self._params = [p for b in self._blocks for p in b.params()]
         self._check_unique()
 
@@ -88,10 +92,23 @@ class Model:
         if hasattr(first, "need_dx"):
             first.need_dx = need_dx
         dy = np.ascontiguousarray(dy, dtype=self.dtype)
+        # The previous call's result is ours: recycle it now, or, when the caller hands it back
+        # as this call's input (pipeline stages on one model), once it has been consumed.
+        prev, self._last_dx = self._last_dx, None
+        if prev is not None and not np.may_share_memory(prev, dy):
+            self._pool.give(prev)
+            prev = None
+        start_dy = dy
         for i in reversed(r):
-            dy = self._blocks[i].backward(dy)
+            out = self._blocks[i].backward(dy)
+            if dy is not start_dy:
+                release_consumed(self._pool, dy, out)
+            dy = out
+        if prev is not None:
+            release_consumed(self._pool, prev, dy)
         if hasattr(first, "need_dx"):
             first.need_dx = True
+        self._last_dx = dy
         return dy if need_dx else None
 
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:

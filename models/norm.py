@@ -135,7 +135,7 @@ class BatchNorm2d(_Norm):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         c, k = self.channels, self.k
         xw = self.x.reshape(-1, k * c)
-        dx = self._buf("dx", self.x.shape)
+        dx = self._grad_buf(self.x.shape)
         dxw = dx.reshape(xw.shape)
         s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
         K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.sig.reshape(xw.shape), self.mu, self.mu_lo, self.a,
@@ -187,7 +187,7 @@ class GroupNorm(_Norm):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
-        dx = self._buf("dx", self.x.shape)
+        dx = self._grad_buf(self.x.shape)
         dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
         shape3 = (n, -1, c)
         K.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,

@@ -49,7 +49,7 @@ class GlobalAvgPool(Layer):
 
     def backward(self, dy: np.ndarray) -> np.ndarray:
         n, h, w, c = self.x_shape
-        dx = self._buf("dx", self.x_shape)
+        dx = self._grad_buf(self.x_shape)
         broadcast_spatial(np.ascontiguousarray(dy), dx.reshape(n, -1, c), 1.0 / (h * w))
         return dx
 
@@ -83,7 +83,7 @@ class Dropout(Layer):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         if not self.active:
             return dy
-        dx = self._buf("dx", dy.shape)
+        dx = self._grad_buf(dy.shape)
         np.multiply(dy, self._scratch["mask"], out=dx)
         return dx
 

@@ -101,7 +101,7 @@ class SqueezeExcitation(Layer):
         self.w1.grad[...] = (dh.T @ self.pooled).reshape(s, c, 1, 1)
         self.b1.grad[...] = dh.sum(axis=0)
         dpool = np.ascontiguousarray(dh @ self.w1.data.reshape(s, c), dtype=self.dtype)
-        dx = self._buf("dx", self.x.shape)
+        dx = self._grad_buf(self.x.shape)
         _input_grad(dy3, self.gate, dpool, dx.reshape(n, -1, c), 1.0 / x3.shape[1])
         return dx
 

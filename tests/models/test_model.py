@@ -130,3 +130,17 @@ def test_dense_mnist_network():
     w.data[2, 3] = old - 1e-6
     down = softmax_cross_entropy(m64.forward(x, True), labels)[0]
     assert grad == pytest.approx((up - down) / 2e-6, rel=1e-6, abs=1e-9)
+
+
+def test_backward_recycles_gradient_buffers():
+    model = build_model("efficientnet-b0", num_classes=10, resolution=32)
+    x, labels = _batch(model, n=2)
+    owned = []
+    for _ in range(3):
+        _, d = softmax_cross_entropy(model.forward(x, True), labels)
+        model.backward(d)
+        owned.append(len(model._pool._owned))
+    assert owned[1] == owned[2]  # nothing leaks from step to step
+    pool_bytes = sum(a.nbytes for free in model._pool._free.values() for a in free) + model._last_dx.nbytes
+    layer_outputs = sum(p.activation_elems for p in model.profile(2) if p.kind != "act") * 4
+    assert pool_bytes < 0.6 * layer_outputs  # vs one gradient buffer per layer before pooling
