@@ -3,8 +3,9 @@
 Each weight update (``Engine.train_step``):
 
 1. every local replica runs its gradient-accumulation micro-batches and adds the gradients of
-   ``loss_scale * mean micro-batch loss`` into ONE preallocated flat float32 buffer (views per
-   parameter), so local replicas are summed in-process;
+   ``loss_scale * mean micro-batch loss`` into ONE preallocated flat buffer (float64 by default,
+   so that the order of the sum cannot change the result; views per parameter), so local replicas
+   are summed in-process;
 2. one ``comm.allreduce(flat, "sum")`` across instances (:meth:`Engine.sync_gradients`);
 3. metrics (loss, correct, count) are summed across instances in one small float64 all-reduce;
    one pass ``flat *= 1 / (total_replicas * A * loss_scale)`` makes the mean over every
