@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
@@ -32,7 +31,7 @@ def _f64_to_bits(typingctx, x):
     sig = types.int64(types.float64)
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
 
     return sig, codegen
 
@@ -43,7 +42,7 @@ def _bits_to_f64(typingctx, bits):
     sig = types.float64(types.int64)
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
 
     return sig, codegen
 
