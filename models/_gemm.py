@@ -78,5 +78,14 @@ def matmul_tn(a: np.ndarray, b: np.ndarray, out: np.ndarray, scratch: np.ndarray
     return out
 
 
+def matmul_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out[g] = a[g] @ b[g] for stacks [G, M, K] @ [G, K, N] (groups split across the pool)."""
+    pool = _workers()
+    if pool is None or a.shape[0] < 2 or a.shape[1] * a.shape[0] < _MIN_ROWS:
+        return np.matmul(a, b, out=out)
+    list(pool.map(lambda s: np.matmul(a[s], b[s], out=out[s]), _blocks(a.shape[0], min(_pool_size, a.shape[0]))))
+    return out
+
+
 def scratch_shape(p: int, q: int) -> tuple[int, int, int]:
     return max(_jit.get_num_threads(), 1), p, q

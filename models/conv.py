@@ -168,7 +168,7 @@ class Conv2d(Layer):
             _gemm.matmul(cols[0], wg[0], y.reshape(p, self.cout))
         else:
             out = self._buf("out_g", (g, p, cog))
-            np.matmul(cols, wg, out=out)
+            _gemm.matmul_batched(cols, wg, out)
             np.copyto(y.reshape(p, g, cog), out.transpose(1, 0, 2))
 
     def _backward_im2col(self, dy):
@@ -184,7 +184,7 @@ class Conv2d(Layer):
         if g == 1:
             _gemm.matmul_tn(self.cols[0], dyg[0], dwg[0], self._buf("dw_scratch", _gemm.scratch_shape(*dwg.shape[1:])))
         else:
-            np.matmul(self.cols.transpose(0, 2, 1), dyg, out=dwg)
+            _gemm.matmul_batched(self.cols.transpose(0, 2, 1), dyg, dwg)
         self.weight.grad[...] = dwg.reshape(g, self.kh, self.kw, cg, cog).transpose(0, 4, 3, 1, 2).reshape(
             self.weight.grad.shape)
         if not self.need_dx:
@@ -193,7 +193,7 @@ class Conv2d(Layer):
         if g == 1:
             _gemm.matmul(dyg[0], self._group_weight()[0].T, dcols[0])
         else:
-            np.matmul(dyg, self._group_weight().transpose(0, 2, 1), out=dcols)
+            _gemm.matmul_batched(dyg, self._group_weight().transpose(0, 2, 1), dcols)
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
         dx = self._grad_buf(self.x_shape)
         K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
