@@ -1,7 +1,7 @@
 """The one switch between numba and plain Python for every kernel in ``data/``.
 
 Kernels are written once as ordinary Python over numpy arrays and compiled through :func:`jit`.
-Set ``POPRUN_DATA_JIT=0`` to run them uncompiled (slow, but steppable in a debugger).
+Set ``POPRUN_JIT=0`` (the same switch as ``models/``) to run them uncompiled (slow, but steppable in a debugger).
 Compiled kernels release the GIL (``nogil=True``) so that the loader thread overlaps with the
 training thread, and are cached on disk so that a second process does not recompile them.
 """
@@ -13,7 +13,7 @@ from typing import Callable
 
 import numba
 
-_ENABLED = os.environ.get("POPRUN_DATA_JIT", "1") != "0"
+_ENABLED = os.environ.get("POPRUN_JIT", "1") not in ("0", "false", "no")
 
 
 def is_enabled() -> bool:

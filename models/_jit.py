@@ -1,7 +1,7 @@
 """The one switch between numba-compiled and plain-Python kernels, and the thread policy.
 
 Every hot kernel in ``models/`` is written once as plain Python over numpy arrays and
-wrapped with :func:`jit`. Set ``POPRUN_PY_NO_JIT=1`` to run them uncompiled (slow, but handy
+wrapped with :func:`jit`. Set ``POPRUN_JIT=0`` (the same switch as ``data/``) to run them uncompiled (slow, but handy
 under a debugger); ``prange`` then degrades to ``range``.
 
 Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's, i.e.
@@ -17,7 +17,7 @@ import os
 
 import numba
 
-ENABLED = os.environ.get("POPRUN_PY_NO_JIT", "0") not in ("1", "true", "yes")
+ENABLED = os.environ.get("POPRUN_JIT", "1") not in ("0", "false", "no")
 PARALLEL_MIN_ELEMS = 1 << 17
 _max_threads = numba.config.NUMBA_NUM_THREADS
 
