@@ -1,9 +1,13 @@
 """The data-parallel training engine: local replicas, one fused all-reduce, one optimizer step.
 
-Each weight update (``Engine.train_step``):
+One host call (``Engine.train_steps``) runs ``device_iterations`` weight updates: the host loads
+each local replica's ``ReplicaFeed`` (an ``InfeedQueue`` of uint8 micro-batches, ``prefetch_depth``
+deep, views into the loader's batches) and the per-step metrics come back through an
+``OutfeedQueue`` drained at the end of the call. ``train_step`` is the one-update call. Each
+weight update:
 
-1. every local replica runs its gradient-accumulation micro-batches and adds the gradients of
-   ``loss_scale * mean micro-batch loss`` into ONE preallocated flat buffer (float64 by default,
+1. every local replica reads its gradient-accumulation micro-batches from its infeed and adds
+   the gradients of ``loss_scale * mean micro-batch loss`` into ONE preallocated flat buffer (float64 by default,
    so that the order of the sum cannot change the result; views per parameter), so local replicas
    are summed in-process;
 2. one ``comm.allreduce(flat, "sum")`` across instances (:meth:`Engine.sync_gradients`);
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ipu.replica import Replica, ReplicaResult
+from ipu.streams import OutfeedQueue, ReplicaFeed
 from models.loss_scaling import LossScaler, NonFiniteLossError, all_finite
 from poprun_py.progress import report_progress
 
@@ -55,6 +60,12 @@ class StepMetrics:
     compute_s: float  # local replicas' forward/backward
     sync_s: float  # the gradient all-reduce
     update_s: float  # metrics all-reduce, mean + unscale, checks, optimizer, EMA
+
+
+def _metrics(values: dict[str, float]) -> StepMetrics:
+    """An outfeed record (floats) back into typed ``StepMetrics``."""
+    ints = {"step": int(values["step"]), "samples": int(values["samples"]), "applied": bool(values["applied"])}
+    return StepMetrics(**{**values, **ints})
 
 
 def flat_views(params, flat: np.ndarray) -> list[np.ndarray]:
@@ -92,7 +103,7 @@ class Engine:
 
     def __init__(self, model, optimizer, schedule, comm, replicas: Sequence[Replica], *, grad_accum: int,
                  total_replicas: int, scaler: LossScaler, ema=None, ema_every_step: bool = False,
-                 checksum_every: int = 0, grad_dtype=np.float64) -> None:
+                 checksum_every: int = 0, grad_dtype=np.float64, prefetch_depth: int = 3) -> None:
         if total_replicas != len(replicas) * comm.size:
             raise ValueError(f"{total_replicas} total replicas but {len(replicas)} local replicas x "
                              f"{comm.size} instances; every instance must run the same number of replicas")
@@ -104,6 +115,8 @@ class Engine:
         self.checksum_every = int(checksum_every)
         self.flat = np.zeros(sum(p.data.size for p in self.params), dtype=np.dtype(grad_dtype))
         self.views = flat_views(self.params, self.flat)
+        self.feeds = [ReplicaFeed(prefetch_depth) for _ in self.replicas]  # one infeed per local replica
+        self.outfeed = OutfeedQueue()
         self.step = 0  # weight updates done (applied or skipped)
         self.sync_seconds = 0.0
 
@@ -126,16 +139,34 @@ class Engine:
             self.comm.broadcast(tmp, root=0)
             np.copyto(array, tmp)
 
-    # -- one weight update ---------------------------------------------------------------
+    # -- one host call: device iterations ----------------------------------------------
+    def train_steps(self, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[StepMetrics]:
+        """``len(batches)`` weight updates in one host call (``device_iterations``).
+
+        Each batch is (uint8 images [local_replicas, A, M, H, W, C], labels [local_replicas, A, M]);
+        replica ``r`` gets views ``images[r]`` through its infeed. Returns the outfeed: the metrics
+        of every update, in order.
+        """
+        if not batches:
+            raise ValueError("train_steps needs at least one batch (device_iterations >= 1)")
+        for images, labels in batches:
+            self._check_batch(images, labels)
+        for r, feed in enumerate(self.feeds):
+            feed.load([(images[r], labels[r]) for images, labels in batches])
+        for _ in batches:
+            self.outfeed.put(self._device_step())
+        return [_metrics(m) for m in self.outfeed.drain()]
+
     def train_step(self, images: np.ndarray, labels: np.ndarray) -> StepMetrics:
-        """``images`` uint8 [local_replicas, A, M, H, W, C], ``labels`` [local_replicas, A, M]."""
-        self._check_batch(images, labels)
+        """One weight update: ``train_steps`` with one device iteration."""
+        return self.train_steps([(images, labels)])[0]
+
+    def _device_step(self) -> dict[str, float]:
         start = time.perf_counter()
         self.flat.fill(0.0)
         local = ReplicaResult()
-        for r, replica in enumerate(self.replicas):
-            local += replica.run(images[r], labels[r], step=self.step, grads=self.views,
-                                 loss_scale=self.scaler.scale)
+        for replica, feed in zip(self.replicas, self.feeds):
+            local += replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
         computed = time.perf_counter()
         self.sync_gradients()
         synced = time.perf_counter()
@@ -147,8 +178,9 @@ class Engine:
         self._maybe_check_weights()
         report_progress(f"step {self.step}")
         done = time.perf_counter()
-        return StepMetrics(self.step - 1, loss, accuracy, lr, applied, scale, count, computed - start,
-                           synced - computed, done - synced)
+        return {"step": self.step - 1, "loss": loss, "accuracy": accuracy, "lr": lr, "applied": applied,
+                "loss_scale": scale, "samples": count, "compute_s": computed - start, "sync_s": synced - computed,
+                "update_s": done - synced}
 
     def sync_gradients(self) -> None:
         """The one all-reduce (sum) of the flat buffer across instances, in place."""

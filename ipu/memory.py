@@ -115,10 +115,15 @@ def fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
 def check_fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
     """``fit``, raising ``IpuOutOfMemoryError`` naming the first IPU that does not fit."""
     memory = fit(plan, profile)
+    raise_if_out_of_memory(memory, plan)
+    return memory
+
+
+def raise_if_out_of_memory(memory: MemoryPlan, plan: IpuPlan) -> None:
+    """Raise ``IpuOutOfMemoryError`` for the first IPU of ``memory`` (a ``fit`` result) that does not fit."""
     for ipu in memory.ipus:
         if not ipu.fits:
             raise IpuOutOfMemoryError(out_of_memory_message(ipu, plan))
-    return memory
 
 
 def out_of_memory_message(ipu: IpuMemory, plan: IpuPlan) -> str:

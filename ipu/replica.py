@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from data.normalise import normalise
+from ipu.streams import ReplicaFeed, array_feed
 from models.loss import softmax_cross_entropy
 
 Targets = list[tuple[float, np.ndarray]]  # (weight, labels) terms of a mixed target
@@ -49,8 +50,8 @@ class Replica(Protocol):
 
     index: int  # global replica index
 
-    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
-            loss_scale: float) -> ReplicaResult: ...
+    def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
+                 loss_scale: float) -> ReplicaResult: ...
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult: ...
 
@@ -157,6 +158,11 @@ class _ReplicaBase:
         self._state = {k: v.copy() for k, v in model.buffers().items()}
         self._x: np.ndarray | None = None
 
+    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
+            loss_scale: float) -> ReplicaResult:
+        """One step from arrays (``images`` uint8 [A, M, H, W, C]): :meth:`run_from` through a feed."""
+        return self.run_from(array_feed(images, labels), step=step, grads=grads, loss_scale=loss_scale)
+
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._state.items()}
 
@@ -191,17 +197,18 @@ class _ReplicaBase:
 class SingleIpuReplica(_ReplicaBase):
     """The whole model on one IPU: micro-batches one after another, gradients summed."""
 
-    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
-            loss_scale: float) -> ReplicaResult:
+    def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
+                 loss_scale: float) -> ReplicaResult:
         params = self.model.params()
         total = ReplicaResult()
         with replica_state(self.model, self._state):
-            for a in range(images.shape[0]):
+            for a in range(feed.num_micro_batches):
+                images, labels = feed.next()
                 rng = replica_rng(self.device.seed, step, self.index, a)
-                x, targets = self._input(images[a], labels[a], rng)
+                x, targets = self._input(images, labels, rng)
                 self.model.set_rng(rng)
                 logits = self.model.forward(x, training=True)
-                result, dlogits = self.device.loss(logits, labels[a], targets, loss_scale)
+                result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
                 self.model.backward(dlogits, need_dx=False)
                 for g, p in zip(grads, params):
                     g += p.grad
@@ -224,12 +231,13 @@ class PipelinedIpuReplica(_ReplicaBase):
         super().__init__(model, index, device)
         self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute)
 
-    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
-            loss_scale: float) -> ReplicaResult:
+    def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
+                 loss_scale: float) -> ReplicaResult:
         micro, targets = [], {}
-        for a in range(images.shape[0]):
-            y = labels[a]
-            x, mixed = self.device.prepare(images[a], y, replica_rng(self.device.seed, step, self.index, a))
+        num = feed.num_micro_batches
+        for a in range(num):
+            images, y = feed.next()
+            x, mixed = self.device.prepare(images, y, replica_rng(self.device.seed, step, self.index, a))
             micro.append((x, y))
             targets[id(y)] = mixed
         results: list[ReplicaResult] = []
@@ -240,7 +248,7 @@ class PipelinedIpuReplica(_ReplicaBase):
             return result.loss_sum / max(result.count, 1), dlogits
 
         # dropout draws: one stream for the whole pipelined run (stream id A: after the micro-batches')
-        self.model.set_rng(replica_rng(self.device.seed, step, self.index, images.shape[0]))
+        self.model.set_rng(replica_rng(self.device.seed, step, self.index, num))
         with replica_state(self.model, self._state):
             out = self.pipeline.run(micro, loss_fn)
         for g, p in zip(grads, self.model.params()):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +72,48 @@ class InfeedQueue:
             self.put(images, labels)
             count += 1
         return count
+
+
+class ReplicaFeed:
+    """One replica's host-to-device stream: the host's micro-batches pass through an ``InfeedQueue``.
+
+    :meth:`load` (host side) takes one call's worth: ``device_iterations`` steps of ``A``
+    micro-batches, views into the loader's arrays (nothing is copied). The device side takes them
+    one at a time with :meth:`next`, which first tops the queue up to ``prefetch_depth`` (the next
+    micro-batches, also across a step boundary, wait in the queue while the current one computes).
+    """
+
+    def __init__(self, prefetch_depth: int = 3) -> None:
+        if prefetch_depth < 1:
+            raise ValueError(f"prefetch_depth must be at least 1, got {prefetch_depth}")
+        self.prefetch_depth = prefetch_depth
+        self.infeed: InfeedQueue | None = None
+        self._source: Iterator[tuple[np.ndarray, np.ndarray]] = iter(())
+        self.num_micro_batches = 0  # per step
+
+    def load(self, steps: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Host side: ``steps`` of (uint8 images [A, M, H, W, C], labels [A, M]) for this replica."""
+        if self.infeed is not None and len(self.infeed):
+            raise RuntimeError(f"infeed still holds {len(self.infeed)} micro-batches of the previous host call")
+        images = steps[0][0]
+        if self.infeed is None or self.infeed.batch_shape != images.shape[1:]:
+            self.infeed = InfeedQueue(images.shape[1:], self.prefetch_depth)
+        self.num_micro_batches = images.shape[0]
+        self._source = ((x[a], y[a]) for x, y in steps for a in range(x.shape[0]))
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        """Device side: the next micro-batch (uint8 images [M, H, W, C], labels [M])."""
+        if self.infeed is None:
+            raise RuntimeError("the host has not loaded any batches into this replica's infeed")
+        self.infeed.fill_from(self._source)
+        return self.infeed.get()
+
+
+def array_feed(images: np.ndarray, labels: np.ndarray, prefetch_depth: int = 3) -> ReplicaFeed:
+    """A feed holding one step (``images [A, M, H, W, C]``), for driving a replica directly."""
+    feed = ReplicaFeed(prefetch_depth)
+    feed.load([(images, labels)])
+    return feed
 
 
 class OutfeedQueue:

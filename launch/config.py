@@ -108,7 +108,13 @@ class EmaConfig:
 
 @dataclass(frozen=True)
 class IpuConfig:
-    """How each replica maps onto simulated IPUs, and what the POD prediction assumes."""
+    """How each replica maps onto simulated IPUs, how it is fed, and what the POD prediction assumes.
+
+    Before the first step the run is "compiled" (``launch.build.compile_ipu``): its ``IpuPlan`` is
+    placed on the IPUs' tiles and a program that does not fit stops the run. ``check_fit: false``
+    skips that for CPU-only experiments whose shape no IPU-POD could run (replicas not a power of
+    two, too few micro-batches for the pipeline, ...).
+    """
 
     ipus_per_replica: int = 1
     pipeline_splits: tuple[str, ...] = ()  # first block of each later stage
@@ -119,10 +125,17 @@ class IpuConfig:
     num_io_tiles: int = 0
     system: str = ""  # POD for the prediction; "" = the smallest that holds the replicas
     num_hosts: int = 1  # host servers feeding the POD (host IO bandwidth in the prediction)
+    chip: str = "mk2"  # mk1, mk2 or bow: the IPU the memory fit and the prediction assume
+    check_fit: bool = True  # false: no memory fit before the first step (CPU-only shapes)
+    prefetch_depth: int = 3  # micro-batches each replica's infeed holds (on the IO tiles when set)
+    device_iterations: int = 1  # weight updates per host call
 
     def __post_init__(self) -> None:
-        if self.ipus_per_replica < 1:
-            raise ValueError(f"ipu.ipus_per_replica={self.ipus_per_replica!r} must be >= 1")
+        for name in ("ipus_per_replica", "prefetch_depth", "device_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ipu.{name}={getattr(self, name)!r} must be >= 1")
+        if self.num_io_tiles < 0:
+            raise ValueError(f"ipu.num_io_tiles={self.num_io_tiles!r} must be >= 0 (0: no IO tiles)")
         if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
             raise ValueError(f"ipu.pipeline_splits has {len(self.pipeline_splits)} splits for "
                              f"{self.ipus_per_replica} IPUs per replica: give ipus_per_replica - 1 block names")

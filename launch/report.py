@@ -82,44 +82,24 @@ def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Pat
 
 
 def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,
-                               dataset_images: int) -> tuple[float, str] | None:
-    """The other engineer's cost model (``ipu.cost.predict``) for this run's configuration.
+                               dataset_images: int, profile=None) -> tuple[float, str] | None:
+    """The cost model (``ipu.cost.predict``) for this run's plan (``launch.build.ipu_plan``).
 
     Returns (images/s for all replicas on the POD, the POD's name), or None with a logged reason
     when the configuration is not one an IPU-POD can run (replicas not a power of two, ...).
+    ``profile``: the model's ``list[LayerProfile]`` at the micro-batch, if at hand (else built).
     """
-    try:
-        from ipu.cost import predict
-        from ipu.plan import IpuPlan, load_profile
-        from ipu.specs import PODS
+    from ipu.cost import predict
+    from ipu.plan import load_profile
+    from launch.build import ipu_plan
 
-        total_ipus = cfg.data.replicas * cfg.ipu.ipus_per_replica
-        system = cfg.ipu.system or next(name for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus)
-                                        if pod.num_ipus >= total_ipus)
-        options = cfg.model.kwargs
-        size = int(options.pop("resolution", image_shape[0]))
-        options.setdefault("in_channels", image_shape[2])
-        plan = IpuPlan(model=cfg.model.name, model_overrides=tuple(sorted(options.items())), image_size=size,
-                       num_classes=num_classes, micro_batch=cfg.data.micro_batch,
-                       gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
-                       ipus_per_replica=cfg.ipu.ipus_per_replica, pipeline_splits=tuple(cfg.ipu.pipeline_splits),
-                       schedule=cfg.ipu.pipeline_schedule, precision=cfg.ipu.precision,
-                       recompute=cfg.ipu.recompute and cfg.ipu.ipus_per_replica > 1,
-                       available_memory_proportion=cfg.ipu.available_memory_proportion,
-                       num_io_tiles=cfg.ipu.num_io_tiles, optimizer=_plan_optimizer(cfg.optim),
-                       system=system, num_hosts=cfg.ipu.num_hosts, dataset_images=dataset_images,
-                       epochs=cfg.run.epochs)
-        prediction = predict(plan, load_profile(plan))
-        return prediction.images_per_s, system
-    except (ValueError, KeyError, StopIteration, RuntimeError, TypeError) as err:
+    try:
+        plan = ipu_plan(cfg, image_shape, num_classes, dataset_images)
+        prediction = predict(plan, profile if profile is not None else load_profile(plan))
+        return prediction.images_per_s, plan.system
+    except (ValueError, KeyError, RuntimeError, TypeError) as err:
         logger.warning("No POD prediction for this configuration: %s", err)
         return None
-
-
-def _plan_optimizer(optim) -> str:
-    if optim.name in ("sgd", "nesterov"):
-        return "momentum" if optim.momentum > 0 else "sgd"
-    return {"adamw": "adam"}.get(optim.name, optim.name)
 
 
 def summary_text(summary: dict[str, Any]) -> str:

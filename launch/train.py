@@ -106,10 +106,11 @@ def _resume(t: Training, comm, how: str) -> bool:
 def _log_start(t: Training, dist) -> None:
     cfg, spec = t.cfg, t.loader.spec
     logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
-                "accumulation %d -> global batch %d; %d updates (%d per epoch); optimizer %s; run dir %s.",
+                "accumulation %d -> global batch %d; %d updates (%d per epoch, %d per host call); optimizer %s; "
+                "run dir %s.",
                 cfg.model.name, cfg.data.path, dist.num_instances, spec.local_replicas, cfg.data.replicas,
                 cfg.data.micro_batch, cfg.data.grad_accum, cfg.global_batch, t.total_steps,
-                t.loader.steps_per_epoch, cfg.optim.name, cfg.run.run_dir)
+                t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)
 
 
 def run(t: Training, resumed: bool) -> int:
@@ -137,28 +138,49 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
     tick = time.perf_counter()
     while e.step < t.total_steps:
         epoch = t.loader.position[0]
-        for batch in t.loader:
-            m = e.train_step(batch.images, batch.labels)
+        batches = iter(t.loader)
+        while True:
+            group = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
+            if not group:
+                break
+            metrics = e.train_steps([(b.images, b.labels) for b in group])
             now = time.perf_counter()
+            for batch, m in zip(group, metrics):
+                if lead:
+                    log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss,
+                               "accuracy": m.accuracy, "lr": m.lr, "images_per_s": len(group) * m.samples / (now - tick),
+                               "global_batch": m.samples, "loss_scale": m.loss_scale, "applied": m.applied,
+                               "sync_s": m.sync_s, "compute_s": m.compute_s})
+                    bar.update(1)
             if lead:
-                log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss, "accuracy": m.accuracy,
-                           "lr": m.lr, "images_per_s": m.samples / (now - tick), "global_batch": m.samples,
-                           "loss_scale": m.loss_scale, "applied": m.applied, "sync_s": m.sync_s,
-                           "compute_s": m.compute_s})
-                bar.update(1)
                 bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             tick = now
-            epoch_ended = t.loader.position[0] > epoch
-            if epoch_ended or e.step >= t.total_steps:
+            if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
             if cfg.run.checkpoint_every and e.step % cfg.run.checkpoint_every == 0:
                 _save(t)
                 _maybe_kill(t, resumed)
+        batches.close()  # stops the loader's producer if the run ends inside an epoch
         val = _end_of_epoch(t, epoch, log)  # evaluate, then checkpoint (a resume never skips an evaluation)
         _maybe_kill(t, resumed)
         tick = time.perf_counter()
     bar.close()
     return _finish(t, log, val, time.perf_counter() - started, e.step - first_step)
+
+
+def _next_host_call(t: Training, batches) -> list:
+    """Up to ``ipu.device_iterations`` batches of this epoch for one host call, never past the end of
+    the run or the next ``run.checkpoint_every`` update (checkpoints fall between host calls)."""
+    step, every = t.engine.step, t.cfg.run.checkpoint_every
+    size = min(t.cfg.ipu.device_iterations, t.total_steps - step)
+    if every:
+        size = min(size, every - step % every)
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) >= size:
+            break
+    return group
 
 
 def _progress_bar(t: Training, lead: bool):
@@ -205,8 +227,8 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     cfg, e = t.cfg, t.engine
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
     info = t.train_set.info
-    pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples) if t.instance_index == 0 \
-        else None
+    pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
+                                     profile=t.model.profile(cfg.data.micro_batch)) if t.instance_index == 0 else None
     if t.instance_index != 0:
         return 0
     summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,

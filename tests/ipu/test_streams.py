@@ -62,3 +62,17 @@ def test_warns_when_io_tiles_cannot_overlap(caplog):
         plan = plan_io_tiles(MK2_GC200, 32, 1000, 3, 2, "interleaved")
     assert not plan.overlap
     assert "needs a single-IPU replica or the grouped pipeline schedule" in caplog.text
+
+
+def test_replica_feed_prefetches_across_steps_without_copying():
+    from ipu.streams import ReplicaFeed
+
+    steps = [(np.full((3, 2, 4, 4, 1), s, np.uint8), np.full((3, 2), s)) for s in range(2)]
+    feed = ReplicaFeed(prefetch_depth=2)
+    feed.load(steps)
+    got = [feed.next() for _ in range(3)]  # step 0's three micro-batches
+    assert feed.num_micro_batches == 3 and all(np.shares_memory(x, steps[0][0]) for x, _ in got)
+    assert len(feed.infeed) == 1 and int(feed.infeed._items[0][0][0, 0, 0, 0]) == 1  # step 1 already queued
+    with pytest.raises(RuntimeError, match="still holds 1 micro-batches"):
+        feed.load(steps)
+    assert [int(feed.next()[1][0]) for _ in range(3)] == [1, 1, 1]

@@ -203,3 +203,34 @@ def test_mixed_cross_entropy_is_the_weighted_sum_of_its_terms():
     lb, db = softmax_cross_entropy(logits, yb, 0.1)
     assert loss == pytest.approx(0.3 * la + 0.7 * lb)
     np.testing.assert_allclose(d, 0.3 * da + 0.7 * db, rtol=1e-6)
+
+
+def test_device_iterations_give_the_same_updates_as_one_step_per_host_call():
+    data = [batch(2, 3, 4, seed=s) for s in range(6)]
+    one, many = dense(), dense()
+    single, grouped = engine_for(one), engine_for(many)
+    stepwise = [single.train_step(x, y) for x, y in data]
+    calls = grouped.train_steps(data[:4]) + grouped.train_steps(data[4:])  # 4 device iterations, then 2
+    assert [m.loss for m in calls] == [m.loss for m in stepwise]
+    assert [m.step for m in calls] == list(range(6)) and all(m.applied and m.samples == 24 for m in calls)
+    for a, b in zip(one.params(), many.params()):
+        np.testing.assert_array_equal(a.data, b.data)
+    assert grouped.outfeed.drain() == []  # every step's metrics came back with its host call
+
+
+def test_each_replica_reads_uint8_views_through_its_infeed():
+    engine = engine_for(dense(), replicas=2, accum=3)
+    images, labels = batch(2, 3, 4)
+    feed, seen = engine.feeds[1], []
+    read = feed.next
+
+    def spy():
+        x, y = read()
+        seen.append((x, len(feed.infeed)))
+        return x, y
+
+    feed.next = spy
+    engine.train_step(images, labels)
+    assert len(seen) == 3 and all(x.dtype == np.uint8 and np.shares_memory(x, images) for x, _ in seen)
+    assert [queued for _, queued in seen] == [2, 1, 0]  # prefetch depth 3: two wait while one computes
+    assert feed.infeed.bytes_in == images[1].nbytes + labels[1].nbytes

@@ -144,3 +144,13 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "NonFiniteLossError: non-finite loss or gradient at weight update" in proc.stderr
     assert ckpt.find_latest(tmp_path) is None or ckpt.step_of(ckpt.find_latest(tmp_path)) < 20
+
+
+def test_device_iterations_train_bitwise_like_one_update_per_host_call(uninterrupted, tmp_path):
+    # 8 updates a host call, cut to 5 by run.checkpoint_every and at the epoch end (39 updates)
+    ok(train([*DENSE, "--set", "ipu.device_iterations=8"], tmp_path))
+    np.testing.assert_array_equal(losses(tmp_path), losses(uninterrupted))
+    want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert evaluations(tmp_path) == evaluations(uninterrupted)
