@@ -1,10 +1,14 @@
-"""Launcher overhead: a no-op job at N instances, poprun_py versus calling mpiexec directly.
+"""Launcher costs at N instances, poprun_py versus calling mpiexec directly.
 
     python bench/bench_launcher.py [--instances 4] [--repeats 10]
 
-Both sides start the same interpreter doing nothing on every rank, through the same mpiexec; the
-difference is what poprun_py adds (its own start, validation, the per-instance agent, output
-relaying, teardown). Prints the median wall time of each and their ratio.
+1. Overhead: a no-op job. Both sides start the same interpreter doing nothing on every rank,
+   through the same mpiexec; the difference is what poprun_py adds (its own start, validation,
+   the per-instance agent, output relaying, teardown).
+2. Failure teardown: instance 2 raises while the others wait in an all-reduce; the time from the
+   raise until the launcher has exited. Baseline: mpiexec running ``python -m mpi4py`` (which
+   calls MPI_Abort on an uncaught exception), the usual fix for MPI jobs that hang on a failure.
+Prints medians and ratios.
 """
 
 from __future__ import annotations
@@ -31,6 +35,44 @@ def timed(argv: list[str], repeats: int) -> list[float]:
     return times
 
 
+FAILING = """
+import sys, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+comm.Barrier()
+if comm.Get_rank() == min(2, comm.Get_size() - 1):
+    open(sys.argv[1], "w").write(repr(time.time()))
+    raise ValueError("bad batch")
+comm.allreduce(1)
+"""
+
+
+def teardown_seconds(argv: list[str], stamp: str, repeats: int) -> float:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    times = []
+    for _ in range(repeats):
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT, timeout=120)
+        end = time.time()
+        with open(stamp) as f:
+            times.append(end - float(f.read()))
+    return statistics.median(times)
+
+
+def teardown(instances: int, repeats: int) -> None:
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    script, stamp = os.path.join(ROOT, "bench", "failing.py"), os.path.join(ROOT, "bench", "failing.stamp")
+    with open(script, "w") as f:
+        f.write(FAILING)
+    n = str(instances)
+    base = teardown_seconds([mpiexec, "-n", n, sys.executable, "-m", "mpi4py", script, stamp], stamp, repeats)
+    ours = teardown_seconds([sys.executable, "-m", "poprun_py", "--num-instances", n, "--num-replicas", n,
+                             "python", script, stamp], stamp, repeats)
+    print(f"\nfailure teardown, {instances} instances (raise -> launcher exited), median of {repeats}")
+    print(f"{'launch':<34} {'seconds':>8} {'vs baseline':>12}")
+    print(f"{'mpiexec + python -m mpi4py':<34} {base:8.3f} {1.0:11.2f}x")
+    print(f"{'poprun_py (report + clean stop)':<34} {ours:8.3f} {ours / base:11.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=4)
@@ -54,6 +96,7 @@ def main() -> None:
     print(f"{'launch':<34} {'seconds':>8} {'vs mpiexec':>11} {'overhead':>9}")
     for name, t in results.items():
         print(f"{name:<34} {t:8.3f} {t / base:10.2f}x {t - base:+8.3f}s")
+    teardown(args.instances, max(3, args.repeats // 2))
 
 
 if __name__ == "__main__":
