@@ -73,12 +73,12 @@ def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: i
     options = cfg.model.kwargs
     size = int(options.pop("resolution", image_shape[0]))
     options.setdefault("in_channels", image_shape[2])
+    recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
     return IpuPlan(model=cfg.model.name, model_overrides=tuple(sorted(options.items())), image_size=size,
                    num_classes=num_classes, micro_batch=cfg.data.micro_batch,
                    gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
                    ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
-                   schedule=ipu.pipeline_schedule, precision=ipu.precision,
-                   recompute=ipu.recompute and ipu.ipus_per_replica > 1,  # the CPU replica recomputes only when pipelined
+                   schedule=ipu.pipeline_schedule, precision=ipu.precision, recompute=recompute,
                    available_memory_proportion=ipu.available_memory_proportion, num_io_tiles=ipu.num_io_tiles,
                    prefetch_depth=ipu.prefetch_depth, eight_bit_io=True, optimizer=plan_optimizer(cfg.optim),
                    system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,

@@ -145,10 +145,11 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
                 break
             metrics = e.train_steps([(b.images, b.labels) for b in group])
             now = time.perf_counter()
+            per_s = len(group) * t.cfg.global_batch / (now - tick)
             for batch, m in zip(group, metrics):
                 if lead:
                     log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss,
-                               "accuracy": m.accuracy, "lr": m.lr, "images_per_s": len(group) * m.samples / (now - tick),
+                               "accuracy": m.accuracy, "lr": m.lr, "images_per_s": per_s,
                                "global_batch": m.samples, "loss_scale": m.loss_scale, "applied": m.applied,
                                "sync_s": m.sync_s, "compute_s": m.compute_s})
                     bar.update(1)
