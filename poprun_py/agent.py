@@ -279,11 +279,13 @@ class Agent:
         kill_all_descendants(spare=(self._sweeper[0],) if self._sweeper else ())
 
     def finish(self) -> None:
-        """Stop everything left and let the sweeper check nothing escaped, then reap it."""
+        """Stop everything left, dismiss the sweeper (as a subreaper, this agent's tree holds every
+        descendant, so the kill above found them all) and reap it."""
         self.kill_tree()
         if self._sweeper is not None:
             pid, fd = self._sweeper
             self._sweeper = None
+            os.write(fd, b"x")
             os.close(fd)
             try:
                 psutil.Process(pid).wait(timeout=5.0)

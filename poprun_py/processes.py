@@ -95,9 +95,10 @@ def start_sweeper(name: str, value: str) -> tuple[int, int]:
     """Fork a watchdog that, once this process ends in any way (even SIGKILL), kills every
     process carrying ``name=value`` in its environment.
 
-    Returns (watchdog pid, fd): close the fd to trigger the sweep from a normal exit. The watchdog
-    starts a session of its own, so whoever kills this process's group or session misses it. Call
-    before starting threads.
+    Returns (watchdog pid, fd). Closing the fd triggers the sweep; writing ``b"x"`` first says the
+    tree is already clean and the watchdog leaves without scanning. The watchdog starts a session
+    of its own, so whoever kills this process's group or session misses it. Call before starting
+    threads.
     """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -105,8 +106,11 @@ def start_sweeper(name: str, value: str) -> tuple[int, int]:
         try:
             os.setsid()
             os.close(write_fd)
-            while os.read(read_fd, 1):
-                pass
+            clean = False
+            while chunk := os.read(read_fd, 1):
+                clean = clean or chunk == b"x"
+            if clean:
+                os._exit(0)
             procs = processes_with_env(name, value, exclude=(os.getpid(),))
             for proc in procs:
                 try:
