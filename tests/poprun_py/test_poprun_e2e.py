@@ -101,17 +101,17 @@ popdist.get_comm().allreduce(np.ones(1))
 
 
 SLEEPY = """
-import os, signal, subprocess, sys, time
+import os, signal, subprocess, sys
 import poprun_py as popdist
 popdist.init()
-subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)", sys.argv[1]])
+subprocess.Popen([sys.executable, "-c", "import os, signal; os.setsid(); signal.pause()", sys.argv[1]])
 subprocess.Popen(["sleep", "600"])
 if len(sys.argv) > 2:
     signal.signal(signal.SIGTERM, lambda *a: print("SIGTERM ignored", flush=True))
 signal.signal(signal.SIGUSR1, lambda *a: print("got SIGUSR1", flush=True))
 print("ready", flush=True)
 while True:
-    time.sleep(0.05)
+    signal.pause()
 """
 
 
@@ -151,7 +151,7 @@ def test_program_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
 
 
 HANG = """
-import time, numpy as np, poprun_py as popdist
+import signal, numpy as np, poprun_py as popdist
 popdist.init(); c = popdist.get_comm()
 for step in range(3):
     popdist.report_progress(f"step {step}")
@@ -159,7 +159,7 @@ for step in range(3):
 if popdist.getInstanceIndex() == 1:
     popdist.report_progress("stuck in a loop")
     while True:
-        time.sleep(0.05)
+        signal.pause()
 c.allreduce(np.ones(2))
 """
 
@@ -258,18 +258,18 @@ def test_every_instance_gets_its_grace_period_to_checkpoint(tmp_path):
     """A preempted job: each program saves a checkpoint in its SIGTERM handler, slower on instance 1.
     Instance 0 finishing first must not get instance 1 killed before it is done."""
     script = write_script(tmp_path / "ckpt_on_term.py", """
-import os, signal, sys, time
+import os, signal, sys, threading
 import poprun_py as popdist
 popdist.init()
 i = popdist.getInstanceIndex()
 def save(*_):
-    time.sleep(0.2 + 1.5 * i)  # stands for writing a checkpoint
+    threading.Event().wait(0.2 + 1.5 * i)  # stands for writing a checkpoint, slower on instance 1
     open(os.path.join(sys.argv[1], f"ckpt_{i}"), "w").close()
     sys.exit(0)
 signal.signal(signal.SIGTERM, save)
 print("ready", flush=True)
 while True:
-    time.sleep(0.05)
+    signal.pause()
 """)
     proc = start_poprun("--num-instances", "2", "--num-replicas", "2", "--grace-period", "30",
                         "--log-dir", str(tmp_path / "logs"), "python", script, str(tmp_path))
