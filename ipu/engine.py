@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ipu.emulation import PrecisionEmulation
 from ipu.replica import Replica, ReplicaResult
 from ipu.streams import OutfeedQueue, ReplicaFeed
 from models.loss_scaling import LossScaler, NonFiniteLossError, all_finite
@@ -103,7 +104,8 @@ class Engine:
 
     def __init__(self, model, optimizer, schedule, comm, replicas: Sequence[Replica], *, grad_accum: int,
                  total_replicas: int, scaler: LossScaler, ema=None, ema_every_step: bool = False,
-                 checksum_every: int = 0, grad_dtype=np.float64, prefetch_depth: int = 3) -> None:
+                 checksum_every: int = 0, grad_dtype=np.float64, prefetch_depth: int = 3,
+                 emulation: PrecisionEmulation | None = None) -> None:
         if total_replicas != len(replicas) * comm.size:
             raise ValueError(f"{total_replicas} total replicas but {len(replicas)} local replicas x "
                              f"{comm.size} instances; every instance must run the same number of replicas")
@@ -113,6 +115,7 @@ class Engine:
         self.grad_accum, self.total_replicas = int(grad_accum), int(total_replicas)
         self.scaler, self.ema, self.ema_every_step = scaler, ema, ema_every_step
         self.checksum_every = int(checksum_every)
+        self.emulation = emulation  # float16 numerics (ipu.emulate_precision); None: float32 throughout
         self.flat = np.zeros(sum(p.data.size for p in self.params), dtype=np.dtype(grad_dtype))
         self.views = flat_views(self.params, self.flat)
         self.feeds = [ReplicaFeed(prefetch_depth) for _ in self.replicas]  # one infeed per local replica
@@ -130,6 +133,12 @@ class Engine:
             self._broadcast_array(buffers[key])
         for replica in self.replicas:
             replica.load_state_dict({k: v.copy() for k, v in buffers.items()})
+        if self.emulation is not None:
+            self.emulation.store_initial()
+
+    def _compute_weights(self):
+        """The weights the replicas compute with: float16-rounded under emulation, else as they are."""
+        return self.emulation.compute_weights() if self.emulation is not None else contextlib.nullcontext()
 
     def _broadcast_array(self, array: np.ndarray) -> None:
         if array.flags.c_contiguous:
@@ -165,8 +174,9 @@ class Engine:
         start = time.perf_counter()
         self.flat.fill(0.0)
         local = ReplicaResult()
-        for replica, feed in zip(self.replicas, self.feeds):
-            local += replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
+        with self._compute_weights():
+            for replica, feed in zip(self.replicas, self.feeds):
+                local += replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
         computed = time.perf_counter()
         self.sync_gradients()
         synced = time.perf_counter()
@@ -203,6 +213,8 @@ class Engine:
         for p, g in zip(self.params, self.views):
             np.copyto(p.grad, g)
         self.optimizer.step(lr)
+        if self.emulation is not None:
+            self.emulation.store_update(self.step)
         if self.ema is not None and self.ema_every_step:
             self.ema.update()
         return lr, True, scale
@@ -231,7 +243,7 @@ class Engine:
         """
         local = ReplicaResult()
         ctx = self.ema.averaged() if (use_ema and self.ema is not None) else contextlib.nullcontext()
-        with ctx:
+        with ctx, self._compute_weights():
             for batch in batches:
                 for r, replica in enumerate(self.replicas):
                     local += replica.evaluate(batch.images[r], batch.labels[r], batch.mask[r])

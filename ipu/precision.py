@@ -86,6 +86,41 @@ def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray) -> None:
         out[i] = math.copysign(r, v)
 
 
+@numba.njit(cache=True)
+def _rn_kernel(x: np.ndarray, bits: np.ndarray) -> None:
+    """Round each float32 of ``x`` (flat; ``bits`` is its uint32 view) in place to its nearest
+    float16 value, ties to even, as an IPU (and numpy) float32 -> float16 cast: subnormals kept,
+    values from 65520 up become inf. Bit arithmetic: several times faster than numpy's cast.
+    """
+    for i in range(x.size):
+        b = bits[i]
+        exp = (b >> np.uint32(23)) & np.uint32(0xFF)
+        if exp == np.uint32(0xFF):  # inf, nan
+            continue
+        if exp >= np.uint32(127 + FP16_MIN_NORMAL_EXP):  # a float16 normal: keep 10 of 23 mantissa bits
+            sign = b & np.uint32(0x80000000)
+            m = b & np.uint32(0x7FFFFFFF)
+            m += np.uint32(0x0FFF) + ((m >> np.uint32(13)) & np.uint32(1))  # round half to even
+            m &= np.uint32(0xFFFFE000)
+            bits[i] = sign | (m if m <= np.uint32(0x477FE000) else np.uint32(0x7F800000))  # 65504, else inf
+        else:  # float16 subnormal or zero: a multiple of 2**-24 (the scalings are exact)
+            x[i] = np.rint(x[i] * np.float32(2.0 ** 24)) * np.float32(2.0 ** -24)
+
+
+def round_to_fp16_(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded in place to the nearest float16 values (kept as float32), returned."""
+    if x.dtype != np.float32:
+        raise ValueError(f"round_to_fp16_ rounds float32 arrays in place, got {x.dtype}; "
+                         "build the model in float32 (the default)")
+    if x.flags.c_contiguous:
+        flat = x.reshape(-1)
+        _rn_kernel(flat, flat.view(np.uint32))
+    else:
+        with np.errstate(over="ignore"):  # overflow to inf is the IPU's behaviour too
+            x[...] = x.astype(np.float16)
+    return x
+
+
 def stochastic_round_to_fp16(
     x: np.ndarray, rng_or_seed: np.random.Generator | int, out: np.ndarray | None = None
 ) -> np.ndarray:

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from data.normalise import normalise
+from ipu.emulation import HalfRounder
 from ipu.streams import ReplicaFeed, array_feed
 from models.loss import softmax_cross_entropy
 
@@ -153,8 +154,11 @@ def replica_state(model, state: dict[str, np.ndarray]) -> Iterator[None]:
 
 
 class _ReplicaBase:
-    def __init__(self, model, index: int, device: DeviceOps) -> None:
-        self.model, self.index, self.device = model, int(index), device
+    """``half``: a ``HalfRounder`` when the compute is emulated in float16 (``ipu.emulate_precision``
+    with 16.32 or 16.16): the input and the gradient partials are rounded to float16 (nearest)."""
+
+    def __init__(self, model, index: int, device: DeviceOps, half: HalfRounder | None = None) -> None:
+        self.model, self.index, self.device, self.half = model, int(index), device, half
         self._state = {k: v.copy() for k, v in model.buffers().items()}
         self._x: np.ndarray | None = None
 
@@ -176,7 +180,17 @@ class _ReplicaBase:
     def _input(self, images: np.ndarray, labels: np.ndarray, rng) -> tuple[np.ndarray, Targets]:
         if self._x is None or self._x.shape != images.shape:
             self._x = np.empty(images.shape, np.float32)
-        return self.device.prepare(images, labels, rng, out=self._x)
+        x, targets = self.device.prepare(images, labels, rng, out=self._x)
+        if self.half is not None:
+            self.half.round_(x)
+        return x, targets
+
+    def _add_partials(self, grads: Sequence[np.ndarray], partials: Sequence[np.ndarray]) -> None:
+        """Add this replica's gradients into the engine's buffers (rounded to float16 first if emulated)."""
+        for g, partial in zip(grads, partials):
+            if self.half is not None:
+                self.half.round_(partial)
+            g += partial
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult:
         """Loss and top-1 of the masked samples, inference mode, this replica's statistics."""
@@ -187,6 +201,8 @@ class _ReplicaBase:
                 if not keep.any():
                     continue
                 x = normalise(images[a], self.device.mean, self.device.std)
+                if self.half is not None:
+                    self.half.round_(x)
                 logits = self.model.forward(x, training=False)[keep]
                 loss, _ = softmax_cross_entropy(logits, labels[a][keep])
                 correct = int(np.count_nonzero(logits.argmax(axis=1) == labels[a][keep]))
@@ -210,8 +226,7 @@ class SingleIpuReplica(_ReplicaBase):
                 logits = self.model.forward(x, training=True)
                 result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
                 self.model.backward(dlogits, need_dx=False)
-                for g, p in zip(grads, params):
-                    g += p.grad
+                self._add_partials(grads, [p.grad for p in params])
                 total += result
         return total
 
@@ -225,10 +240,10 @@ class PipelinedIpuReplica(_ReplicaBase):
     """
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
-                 recompute: bool = True) -> None:
+                 recompute: bool = True, half: HalfRounder | None = None) -> None:
         from ipu.pipelined_replica import PipelinedReplica
 
-        super().__init__(model, index, device)
+        super().__init__(model, index, device, half)
         self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute)
 
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
@@ -238,6 +253,8 @@ class PipelinedIpuReplica(_ReplicaBase):
         for a in range(num):
             images, y = feed.next()
             x, mixed = self.device.prepare(images, y, replica_rng(self.device.seed, step, self.index, a))
+            if self.half is not None:
+                self.half.round_(x)
             micro.append((x, y))
             targets[id(y)] = mixed
         results: list[ReplicaResult] = []
@@ -251,6 +268,5 @@ class PipelinedIpuReplica(_ReplicaBase):
         self.model.set_rng(replica_rng(self.device.seed, step, self.index, num))
         with replica_state(self.model, self._state):
             out = self.pipeline.run(micro, loss_fn)
-        for g, p in zip(grads, self.model.params()):
-            g += out.grads[p.name]
+        self._add_partials(grads, [out.grads[p.name] for p in self.model.params()])
         return sum(results, ReplicaResult())

@@ -17,10 +17,12 @@ import numpy as np
 from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
 from data.loader import BatchSpec, Loader, evaluation_loader
+from ipu.emulation import HalfRounder, PrecisionEmulation
 from ipu.engine import Engine
 from ipu.memory import IpuOutOfMemoryError, MemoryPlan, fit, raise_if_out_of_memory
 from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.plan import IpuPlan
+from ipu.precision import get_precision
 from ipu.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
 from ipu.specs import PODS, get_chip
 from ipu.streams import IoTilePlan, plan_io_tiles
@@ -174,18 +176,39 @@ def build_net(cfg: TrainConfig, info) -> Any:
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
 
 
+def emulates_half(cfg: TrainConfig) -> bool:
+    """The run rounds its compute to float16: ``ipu.emulate_precision`` with 16.32 or 16.16."""
+    return cfg.ipu.emulate_precision and get_precision(cfg.ipu.precision).half_compute
+
+
 def build_replicas(cfg: TrainConfig, model, info, first_index: int, count: int) -> list:
     device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.run.seed,
                        mixup_alpha=cfg.data.mixup_alpha, cutmix_lambda=cfg.data.cutmix_lambda,
                        label_smoothing=cfg.model.label_smoothing)
     ipu = cfg.ipu
+
+    def half() -> HalfRounder | None:  # one rounding buffer per replica
+        return HalfRounder() if emulates_half(cfg) else None
+
     if ipu.ipus_per_replica > 1:
         if not ipu.pipeline_splits:
             raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
                              f"(block names from {model.blocks()[1:]})")
         return [PipelinedIpuReplica(model, first_index + i, device, ipu.pipeline_splits, ipu.pipeline_schedule,
-                                    ipu.recompute) for i in range(count)]
-    return [SingleIpuReplica(model, first_index + i, device) for i in range(count)]
+                                    ipu.recompute, half=half()) for i in range(count)]
+    return [SingleIpuReplica(model, first_index + i, device, half=half()) for i in range(count)]
+
+
+def build_emulation(cfg: TrainConfig, params, optimizer) -> PrecisionEmulation | None:
+    """The engine's float16 emulation, or None (float32 throughout: 32.32 or emulation off)."""
+    if not emulates_half(cfg):
+        return None
+    logger.info("Emulating precision %s: input, weights and gradient partials rounded to float16%s.",
+                cfg.ipu.precision, "; weights and optimizer state stored in float16 (weight updates "
+                + ("stochastically rounded)" if cfg.ipu.stochastic_rounding else "rounded to nearest)")
+                if get_precision(cfg.ipu.precision).weight_bytes == 2 else "; float32 master weights")
+    return PrecisionEmulation(cfg.ipu.precision, params, optimizer, seed=cfg.run.seed,
+                              stochastic_rounding=cfg.ipu.stochastic_rounding)
 
 
 def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
@@ -208,7 +231,8 @@ def build_training(cfg: TrainConfig, comm, instance_index: int, num_instances: i
     engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
                     total_replicas=cfg.data.replicas, scaler=LossScaler(cfg.loss_scaling),
                     ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
-                    grad_dtype=np.dtype(cfg.run.gradient_dtype), prefetch_depth=cfg.ipu.prefetch_depth)
+                    grad_dtype=np.dtype(cfg.run.gradient_dtype), prefetch_depth=cfg.ipu.prefetch_depth,
+                    emulation=build_emulation(cfg, params, optimizer))
     engine.broadcast_initial_state()
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,

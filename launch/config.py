@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ipu.precision import PRECISIONS
 from models.loss_scaling import LossScaleConfig
 from models.optimizers import OptimConfig
 from models.schedules import ScheduleConfig, lr_from_exponent
@@ -120,7 +121,9 @@ class IpuConfig:
     pipeline_splits: tuple[str, ...] = ()  # first block of each later stage
     pipeline_schedule: str = "grouped"
     recompute: bool = True
-    precision: str = "16.16"  # for the predicted POD throughput; the CPU computes in float32
+    precision: str = "16.16"  # 32.32, 16.32 or 16.16: the memory fit and the prediction; see emulate_precision
+    emulate_precision: bool = False  # true: the CPU rounds input, weights, partials (and 16.16 storage) to float16
+    stochastic_rounding: bool = True  # 16.16 emulation: weight updates stored with stochastic rounding
     available_memory_proportion: float = 0.6
     num_io_tiles: int = 0
     system: str = ""  # POD for the prediction; "" = the smallest that holds the replicas
@@ -134,6 +137,9 @@ class IpuConfig:
         for name in ("ipus_per_replica", "prefetch_depth", "device_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ipu.{name}={getattr(self, name)!r} must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"ipu.precision={self.precision!r} is not a precision mode: choose one of "
+                             f"{', '.join(PRECISIONS)} (compute.weights widths, e.g. 16.16)")
         if self.num_io_tiles < 0:
             raise ValueError(f"ipu.num_io_tiles={self.num_io_tiles!r} must be >= 0 (0: no IO tiles)")
         if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:

@@ -1,0 +1,144 @@
+"""Float16 numerics of a training run, emulated on the CPU (``ipu.emulate_precision: true``).
+
+The CPU computes in float32. With emulation on, the values a real IPU would hold in float16 are
+rounded to float16 where the IPU would round them, and kept in float32 arrays (every value
+float16-representable), so the models and optimizers run unchanged:
+
+* ``16.32`` and ``16.16``: each replica's compute sees float16 numbers: the normalised (and
+  mixed) input and the weights used in forward and backward are rounded to nearest, as an IPU
+  cast does, and each replica's gradients (the partials) are rounded to nearest before they are
+  added into the engine's accumulation buffer. In ``16.32`` the master weights the optimizer
+  updates stay float32: the engine rounds a copy for the compute and puts the masters back.
+* ``16.16``: after every optimizer step the weights are stored as float16 with stochastic
+  rounding (``ipu.stochastic_rounding``, Graphcore's default for the recipe; round to nearest
+  when off) and the optimizer state (momentum, moments) to nearest. The stochastic draws are a
+  function of (run seed, weight update, parameter index) only, so every instance rounds
+  identically (the weight checksum holds), and a resumed run rounds as the uninterrupted one.
+* ``32.32``: nothing is rounded (the engine gets no emulation at all).
+
+What is not emulated: float16 arithmetic inside the layers (their sums run in float32), the
+float16 gradient-accumulation buffer of ``16.16`` (the engine's buffer stays float64 so that the
+sum does not depend on the instance split), and float16 batch-norm statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ipu.precision import PrecisionMode, _sr_kernel, get_precision, round_to_fp16_
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on a Python int: a well-spread 64-bit value for any input."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def rounding_seed(seed: int, update: int, param_index: int) -> int:
+    """The stochastic-rounding seed of one parameter at one weight update (64 bits, stateless)."""
+    return _mix64(_mix64(_mix64(int(seed)) ^ int(update)) ^ int(param_index))
+
+
+class HalfRounder:
+    """Rounds float32 arrays in place to their nearest float16 value, as an IPU cast does.
+
+    Contiguous arrays go through a numba kernel (no allocation, several times faster than
+    numpy's float16 cast); others through numpy. Ties go to even; overflow gives inf.
+    """
+
+    def round_(self, x: np.ndarray) -> np.ndarray:
+        return round_to_fp16_(x)
+
+    def round_all_(self, arrays: Iterable[np.ndarray]) -> None:
+        for x in arrays:
+            round_to_fp16_(x)
+
+
+class PrecisionEmulation:
+    """The engine's side of the emulation: rounded weights for the compute, float16 storage.
+
+    ``params`` and ``optimizer`` are the run's; ``seed`` is the run seed (``run.seed``).
+    """
+
+    def __init__(self, mode: PrecisionMode | str, params: Sequence, optimizer, seed: int,
+                 stochastic_rounding: bool = True) -> None:
+        self.mode = get_precision(mode) if isinstance(mode, str) else mode
+        if not self.mode.half_compute:
+            raise ValueError(f"precision {self.mode.name} computes in float32: there is nothing to emulate; "
+                             "use 16.32 or 16.16, or leave ipu.emulate_precision false")
+        self.params, self.optimizer = list(params), optimizer
+        for p in self.params:
+            if p.data.dtype != np.float32 or not p.data.flags.c_contiguous:
+                raise ValueError(f"parameter {p.name!r} is {p.data.dtype}, contiguous={p.data.flags.c_contiguous}: "
+                                 "float16 emulation rounds contiguous float32 weights in place")
+        self.seed, self.stochastic_rounding = int(seed), bool(stochastic_rounding)
+        self.rounder = HalfRounder()
+        # 16.32: the float32 masters, saved here while the compute runs on rounded copies
+        self._masters = [np.empty_like(p.data) for p in self.params] if not self.half_weights else []
+
+    @property
+    def half_weights(self) -> bool:
+        """The weights (and the optimizer state) are stored in float16 (``16.16``)."""
+        return self.mode.weight_bytes == 2
+
+    def store_initial(self) -> None:
+        """At start (after the broadcast): ``16.16`` stores the weights and state in float16 (nearest)."""
+        if self.half_weights:
+            self.rounder.round_all_(p.data for p in self.params)
+            self._round_optimizer_state()
+
+    @contextlib.contextmanager
+    def compute_weights(self) -> Iterator[None]:
+        """The weights as the replicas' compute sees them: rounded to float16 (nearest).
+
+        ``16.16`` weights are float16 values already (rounded in place, a no-op after
+        :meth:`store_initial`). ``16.32`` rounds the weights in place and restores the float32
+        masters afterwards, so the optimizer updates the masters.
+        """
+        if self.half_weights:
+            self.rounder.round_all_(p.data for p in self.params)
+            yield
+            return
+        for p, master in zip(self.params, self._masters):
+            np.copyto(master, p.data)
+            self.rounder.round_(p.data)
+        try:
+            yield
+        finally:
+            for p, master in zip(self.params, self._masters):
+                np.copyto(p.data, master)
+
+    def store_update(self, update: int) -> None:
+        """After optimizer step ``update`` (0-based): ``16.16`` stores the new weights in float16,
+        stochastically rounded (seeded by run seed, update, parameter index), and the state to nearest."""
+        if not self.half_weights:
+            return
+        for i, p in enumerate(self.params):
+            if self.stochastic_rounding:
+                flat = p.data.reshape(-1)  # a view: parameters are contiguous
+                _sr_kernel(flat, np.uint64(rounding_seed(self.seed, update, i)), flat)
+            else:
+                self.rounder.round_(p.data)
+        self._round_optimizer_state()
+
+    def _round_optimizer_state(self) -> None:
+        for slots in self.optimizer.state.values():
+            for arr in slots.values():
+                if arr.dtype == np.float32:
+                    self.rounder.round_(arr)
+
+
+def is_float16(x: np.ndarray) -> bool:
+    """Every value of float32 ``x`` is float16-representable (inf and nan count as such)."""
+    x = np.asarray(x, np.float32)
+    return bool(np.array_equal(x, x.astype(np.float16).astype(np.float32), equal_nan=True))
+
+
+__all__ = ["HalfRounder", "PrecisionEmulation", "is_float16", "rounding_seed"]
