@@ -123,7 +123,8 @@ class PrecisionEmulation:
         for i, p in enumerate(self.params):
             if self.stochastic_rounding:
                 flat = p.data.reshape(-1)  # a view: parameters are contiguous
-                _sr_kernel(flat, np.uint64(rounding_seed(self.seed, update, i)), flat)
+                bits = flat.view(np.uint32)
+                _sr_kernel(bits, np.uint64(rounding_seed(self.seed, update, i)), flat, bits)
             else:
                 self.rounder.round_(p.data)
         self._round_optimizer_state()

@@ -62,28 +62,37 @@ def _splitmix64(state: np.uint64) -> np.uint64:
 
 
 @numba.njit(cache=True)
-def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray) -> None:
-    """Round each float32 of ``x`` (flat) to a float16-representable value, stochastically.
+def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray, out_bits: np.ndarray) -> None:
+    """Round each float32 of ``x`` (flat, given as its uint32 bits) to a float16-representable
+    value, stochastically, into float32 ``out`` (flat; ``out_bits`` is its uint32 view; it may
+    alias ``x``).
 
     For |x| between neighbours lo and lo + ulp, round up with probability (|x| - lo) / ulp, so
-    the expected result equals x. The uniform draw of element i is splitmix64(seed + i): the
-    same seed gives the same rounding whatever the array is split into.
+    the expected result equals x. The draw of element i is splitmix64(seed + i): the same seed
+    gives the same rounding whatever the array is split into. In the float16 normal range the 13
+    mantissa bits float16 drops are exactly (|x| - lo) / ulp in units of 2**-13, so adding 13
+    random bits and truncating rounds up with exactly that probability; below it (subnormals,
+    spacing 2**-24) 53 random bits decide against the float32 fraction (exact).
     """
     for i in range(x.size):
-        v = np.float64(x[i])
-        a = abs(v)
-        if not math.isfinite(v) or a == 0.0:
-            out[i] = v
+        b = x[i]
+        exp = (b >> np.uint32(23)) & np.uint32(0xFF)
+        sign = b & np.uint32(0x80000000)
+        m = b & np.uint32(0x7FFFFFFF)
+        if exp == np.uint32(0xFF) or m == np.uint32(0):  # inf, nan, zeros
+            out_bits[i] = b
             continue
-        exp = max(math.frexp(a)[1] - 1, FP16_MIN_NORMAL_EXP)  # a in [2**exp, 2**(exp+1))
-        ulp = math.ldexp(1.0, exp - FP16_MANTISSA_BITS)
-        lo = math.floor(a / ulp) * ulp
-        bits = _splitmix64(seed + np.uint64(i)) >> np.uint64(11)
-        u = bits * (1.0 / 9007199254740992.0)  # 53 random bits -> [0, 1)
-        r = lo + ulp if u < (a - lo) / ulp else lo
-        if r > FP16_MAX:
-            r = math.inf  # float16 overflow (Graphcore's nanoo mode gives inf, not saturation)
-        out[i] = math.copysign(r, v)
+        draw = _splitmix64(seed + np.uint64(i))
+        if exp >= np.uint32(127 + FP16_MIN_NORMAL_EXP):
+            m = (m + np.uint32(draw >> np.uint64(51))) & np.uint32(0xFFFFE000)
+            out_bits[i] = sign | (m if m <= np.uint32(0x477FE000) else np.uint32(0x7F800000))  # 65504, else inf
+        else:  # |x| * 2**24 = full * 2**(exp - 126), below 2**10: floor and fraction exact in float64
+            full = (m & np.uint32(0x7FFFFF)) | (np.uint32(0x800000) if exp else np.uint32(0))
+            y = math.ldexp(np.float64(full), int(max(exp, np.uint32(1))) - 126)
+            lo = math.floor(y)
+            u = np.float64(draw >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # 53 bits -> [0, 1)
+            r = math.ldexp(lo + 1.0 if u < y - lo else lo, -24)
+            out[i] = -r if sign else r
 
 
 @numba.njit(cache=True)
@@ -139,7 +148,8 @@ def stochastic_round_to_fp16(
     if out.dtype != np.float16 or out.shape != x.shape:
         raise ValueError(f"out must be float16 with shape {x.shape}, got {out.dtype} {out.shape}")
     exact = np.empty(x.size, dtype=np.float32)  # every value is float16-representable
-    _sr_kernel(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), np.uint64(seed), exact)
+    src = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    _sr_kernel(src.view(np.uint32), np.uint64(seed), exact, exact.view(np.uint32))
     out[...] = exact.reshape(x.shape)
     return out
 
