@@ -309,6 +309,8 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
                 continue
         if t is str and isinstance(value, str):
             return value
+    if str in options and isinstance(value, (int, float)):  # YAML read 16.16 as a number
+        raise ValueError(f"{where}={value!r} must be a string; quote it in YAML: --set \"{where.split(': ')[-1]}='{value}'\"")
     raise ValueError(f"{where}={value!r} is not a valid {hint}")
 
 

@@ -144,3 +144,14 @@ def test_the_rounder_rounds_to_nearest_in_place_like_numpys_cast():
     np.testing.assert_array_equal(r.round_(strided), want.reshape(-1, 2).T)
     with pytest.raises(ValueError, match="float32"):
         r.round_(np.ones(2))
+
+
+def test_pipelined_replicas_add_float16_partials_too():
+    from ipu.replica import PipelinedIpuReplica
+
+    model = dense()
+    replica = PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], half=HalfRounder())
+    grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
+    images, labels = batch(1, 4)
+    replica.run(images[0], labels[0], step=0, grads=grads, loss_scale=128.0)
+    assert all(is_float16(g.astype(np.float32)) for g in grads) and any(np.any(g) for g in grads)

@@ -85,3 +85,18 @@ def test_distribute_refuses_a_different_replica_count_and_says_how_to_fix():
         distribute(load_config("default"), dist(2, 8))
     with pytest.raises(ValueError, match=r"--ipus-per-replica 2"):
         distribute(load_config("g16-b4-pod16"), dist(8, 8, ipus=1))
+
+
+def test_precision_emulation_is_on_in_the_recipe_and_fmnist_16_16_only():
+    assert not load_config("default").ipu.emulate_precision
+    for name in ("g16-b4-pod16", "g16-b4-pod256", "fmnist-16.16"):
+        cfg = load_config(name)
+        assert cfg.ipu.emulate_precision and cfg.ipu.precision == "16.16" and cfg.ipu.stochastic_rounding, name
+    assert load_config("fmnist-16.16", ["ipu.precision='32.32'"]).ipu.precision == "32.32"
+
+
+def test_a_bad_or_unquoted_precision_names_the_fix():
+    with pytest.raises(ValueError, match="quote it in YAML: --set \"ipu.precision='16.16'\""):
+        load_config("default", ["ipu.precision=16.16"])
+    with pytest.raises(ValueError, match="ipu.precision='16.8' is not a precision mode: choose one of 32.32"):
+        load_config("default", ["ipu.precision='16.8'"])
