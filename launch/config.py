@@ -310,7 +310,8 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if t is str and isinstance(value, str):
             return value
     if str in options and isinstance(value, (int, float)):  # YAML read 16.16 as a number
-        raise ValueError(f"{where}={value!r} must be a string; quote it in YAML: --set \"{where.split(': ')[-1]}='{value}'\"")
+        key = where.split(": ")[-1]
+        raise ValueError(f"{where}={value!r} must be a string; quote it in YAML: --set \"{key}='{value}'\"")
     raise ValueError(f"{where}={value!r} is not a valid {hint}")
 
 
