@@ -34,7 +34,8 @@ CACHE_MODES = ("auto", "memory", "stream")
 class BatchSpec:
     """How one global batch is split: ``M * A * local_replicas * num_instances`` samples.
 
-    ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)``.
+    ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)`` (the launcher's
+    ``POPDIST_REPLICA_INDEX_OFFSET``; ``launch.build.batch_spec`` fills it from the placement).
     """
 
     micro_batch: int
@@ -57,15 +58,6 @@ class BatchSpec:
     @property
     def global_batch(self) -> int:
         return self.micro_batch * self.grad_accum * self.total_replicas
-
-    @property
-    def instance_batch(self) -> int:
-        """Samples this instance receives per step."""
-        return self.micro_batch * self.grad_accum * self.local_replicas
-
-    @property
-    def replica_offset(self) -> int:
-        return self.instance_index * self.local_replicas
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
 from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
-from ipu.specs import PODS, get_chip
+from ipu.specs import get_chip
 from ipu.io_tiles import IoTilePlan, plan_io_tiles
 from launch.checkpoint import split_prefix
 from launch.config import TrainConfig
@@ -33,6 +33,8 @@ from models.optim.ema import ExponentialMovingAverage
 from models.optim.loss_scaling import LossScaler
 from models.optim import make_optimizer
 from models.optim.schedules import Schedule, make_schedule
+from poprun_py.systems import smallest_system_for
+from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +49,17 @@ class Training:
     schedule: Schedule
     engine: Engine
     total_steps: int
-    instance_index: int
-    num_instances: int
+    placement: InstanceInfo  # this instance's replicas, from the launcher (launch.config.placement)
     compiled: CompiledIpu | None = None
+
+    @property
+    def instance_index(self) -> int:
+        return self.placement.index
+
+    @property
+    def lead(self) -> bool:
+        """Instance 0: it writes the metrics, checkpoints and plots and shows the progress bar."""
+        return self.placement.index == 0
 
 
 @dataclass(frozen=True)
@@ -63,15 +73,11 @@ class CompiledIpu:
 
 
 def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int) -> IpuPlan:
-    """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, or the smallest that
-    holds every replica's IPUs). Raises ``ValueError`` when no IPU-POD could run this shape."""
+    """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, which
+    :func:`launch.config.distribute` sets to the launcher's ``--system``, or the smallest that holds
+    every replica's IPUs). Raises ``ValueError`` when no IPU-POD could run this shape."""
     ipu = cfg.ipu
-    total_ipus = cfg.data.replicas * ipu.ipus_per_replica
-    system = ipu.system or next((name for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus)
-                                 if pod.num_ipus >= total_ipus), None)
-    if system is None:
-        raise ValueError(f"{total_ipus} IPUs ({cfg.data.replicas} replicas x {ipu.ipus_per_replica}) exceed the "
-                         f"largest POD ({max(p.num_ipus for p in PODS.values())} IPUs)")
+    system = ipu.system or smallest_system_for(cfg.data.replicas * ipu.ipus_per_replica).name
     options = cfg.model.kwargs
     size = int(options.pop("resolution", image_shape[0]))
     options.setdefault("in_channels", image_shape[2])
@@ -148,23 +154,25 @@ def _log_io_tiles(io: IoTilePlan, prefetch_depth: int) -> None:
                 io.io_budget_bytes, "overlaps" if io.overlap else "does NOT overlap")
 
 
-def batch_spec(cfg: TrainConfig, micro_batch: int, num_instances: int, instance_index: int, grad_accum: int) -> BatchSpec:
-    if cfg.data.replicas % num_instances:
-        raise ValueError(f"{cfg.data.replicas} replicas cannot be split evenly over {num_instances} instances")
-    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=cfg.data.replicas // num_instances,
-                     num_instances=num_instances, instance_index=instance_index)
+def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> BatchSpec:
+    """This instance's share of every global batch: its replicas from the launcher's placement."""
+    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
+                     num_instances=placement.num_instances, instance_index=placement.index)
 
 
-def build_loaders(cfg: TrainConfig, num_instances: int, instance_index: int) -> tuple[Dataset, Loader, Loader | None]:
+def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, Loader, Loader | None]:
     d = cfg.data
+    if placement.num_total_replicas != d.replicas:
+        raise ValueError(f"the placement runs {placement.num_total_replicas} replicas but data.replicas is "
+                         f"{d.replicas}: build the placement with launch.config.placement(distribute(cfg, dist), dist)")
     train_set = open_dataset(d.path, "train")
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
-    loader = Loader(train_set, batch_spec(cfg, d.micro_batch, num_instances, instance_index, d.grad_accum),
+    loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum),
                     seed=cfg.run.seed, augment=augment, prefetch=d.prefetch, cache=d.cache)
     eval_loader = None
     if cfg.run.evaluate:
         val_set = open_dataset(d.path, "validation")
-        spec = batch_spec(cfg, d.eval_micro_batch or d.micro_batch, num_instances, instance_index, 1)
+        spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
         eval_loader = evaluation_loader(val_set, spec, prefetch=d.prefetch, cache=d.cache)
     return train_set, loader, eval_loader
 
@@ -181,7 +189,8 @@ def emulates_half(cfg: TrainConfig) -> bool:
     return cfg.ipu.emulate_precision and get_precision(cfg.ipu.precision).half_compute
 
 
-def build_replicas(cfg: TrainConfig, model, info, first_index: int, count: int) -> list:
+def build_replicas(cfg: TrainConfig, model, info, replicas: range) -> list:
+    """This instance's replicas (global indices ``replicas``: the placement's)."""
     device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.run.seed,
                        mixup_alpha=cfg.data.mixup_alpha, cutmix_lambda=cfg.data.cutmix_lambda,
                        label_smoothing=cfg.model.label_smoothing)
@@ -194,9 +203,9 @@ def build_replicas(cfg: TrainConfig, model, info, first_index: int, count: int) 
         if not ipu.pipeline_splits:
             raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
                              f"(block names from {model.blocks()[1:]})")
-        return [PipelinedIpuReplica(model, first_index + i, device, ipu.pipeline_splits, ipu.pipeline_schedule,
-                                    ipu.recompute, half=half()) for i in range(count)]
-    return [SingleIpuReplica(model, first_index + i, device, half=half()) for i in range(count)]
+        return [PipelinedIpuReplica(model, r, device, ipu.pipeline_splits, ipu.pipeline_schedule,
+                                    ipu.recompute, half=half()) for r in replicas]
+    return [SingleIpuReplica(model, r, device, half=half()) for r in replicas]
 
 
 def build_emulation(cfg: TrainConfig, params, optimizer) -> PrecisionEmulation | None:
@@ -218,18 +227,18 @@ def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
     return max(steps, 1)
 
 
-def build_training(cfg: TrainConfig, comm, instance_index: int, num_instances: int) -> Training:
-    train_set, loader, eval_loader = build_loaders(cfg, num_instances, instance_index)
+def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
+    """Every object of a run on this instance, from the config and the instance's placement."""
+    train_set, loader, eval_loader = build_loaders(cfg, placement)
     model = build_net(cfg, train_set.info)
-    compiled = compile_ipu(cfg, model, train_set.info, lead=instance_index == 0)
+    compiled = compile_ipu(cfg, model, train_set.info, lead=placement.index == 0)
     params = model.params()
     optimizer = make_optimizer(cfg.optim, params)
     steps = total_steps(cfg, loader.steps_per_epoch)
     schedule = make_schedule(cfg.schedule.resolve(cfg.global_batch), loader.steps_per_epoch, steps)
-    local = loader.spec.local_replicas
-    replicas = build_replicas(cfg, model, train_set.info, instance_index * local, local)
+    replicas = build_replicas(cfg, model, train_set.info, placement.replicas)
     engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
-                    total_replicas=cfg.data.replicas, scaler=LossScaler(cfg.loss_scaling),
+                    total_replicas=placement.num_total_replicas, scaler=LossScaler(cfg.loss_scaling),
                     ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
                     grad_dtype=np.dtype(cfg.run.gradient_dtype), prefetch_depth=cfg.ipu.prefetch_depth,
                     emulation=build_emulation(cfg, params, optimizer))
@@ -237,8 +246,7 @@ def build_training(cfg: TrainConfig, comm, instance_index: int, num_instances: i
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,
                                               use_num_updates=cfg.ema.use_num_updates)
-    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, instance_index, num_instances,
-                    compiled)
+    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled)
 
 
 # -- checkpoint state ------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The training configuration: nested frozen dataclasses, named presets in ``configs.yml``.
 
     cfg = load_config("default", ["optim.momentum=0.8", "run.epochs=2"])
-    cfg = distribute(cfg, popdist.init())          # the launcher's replicas, checked
+    cfg = distribute(cfg, dist := popdist.init())  # the launcher's replicas and system, checked
+    where = placement(cfg, dist)                    # this instance's replicas (poprun_py's InstanceInfo)
 
 Each YAML entry has the sections below (``data``, ``model``, ``optim``, ``schedule``,
 ``loss_scaling``, ``ema``, ``ipu``, ``run``); a field left out keeps its default. YAML anchors
@@ -28,6 +29,7 @@ from ipu.precision import PRECISIONS
 from models.optim.loss_scaling import LossScaleConfig
 from models.optim import OptimConfig
 from models.optim.schedules import ScheduleConfig, lr_from_exponent
+from poprun_py.topology import InstanceInfo, single_instance
 
 CONFIGS_FILE = Path(__file__).with_name("configs.yml")
 
@@ -316,11 +318,12 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 
 def distribute(cfg: TrainConfig, dist) -> TrainConfig:
-    """Check the config against the launcher's topology (a ``poprun_py`` ``DistInfo``).
+    """Check the config against the launcher's placement (a ``poprun_py`` ``DistInfo``).
 
-    Under the launcher its ``--num-replicas`` and ``--ipus-per-replica`` are the hardware; the
-    config must agree, since the global batch (and with ``lr_exponent`` the learning rate)
-    depends on them. Alone, one instance runs all ``data.replicas`` replicas.
+    Under the launcher its ``--num-replicas``, ``--ipus-per-replica`` and ``--system`` are the
+    hardware; the config must agree, since the global batch (and with ``lr_exponent`` the learning
+    rate) depends on them. An empty ``ipu.system`` takes the launcher's. Alone, one instance runs
+    all ``data.replicas`` replicas (:func:`placement`).
     """
     if not dist.is_set:
         return cfg
@@ -335,4 +338,18 @@ def distribute(cfg: TrainConfig, dist) -> TrainConfig:
             f"the launcher gives {dist.ipus_per_replica} IPUs per replica but the config has "
             f"ipu.ipus_per_replica={cfg.ipu.ipus_per_replica}; launch with --ipus-per-replica "
             f"{cfg.ipu.ipus_per_replica} or pass --set ipu.ipus_per_replica={dist.ipus_per_replica}")
-    return replace(cfg, data=replace(cfg.data, replicas=dist.num_total_replicas))
+    system = cfg.ipu.system
+    if dist.system and system and dist.system.upper() != system.upper():
+        raise ValueError(
+            f"the launcher runs on {dist.system} but the config has ipu.system={system}; launch with "
+            f"--system {system.upper()} or pass --set ipu.system={dist.system} (or --set ipu.system='' to take "
+            "the launcher's)")
+    return replace(cfg, ipu=replace(cfg.ipu, system=system or dist.system))
+
+
+def placement(cfg: TrainConfig, dist) -> InstanceInfo:
+    """This instance's placement: the launcher's (under ``poprun_py``), else one instance that
+    runs all ``data.replicas`` replicas. Call it on the result of :func:`distribute`."""
+    if dist.is_set:
+        return dist.placement
+    return single_instance(cfg.data.replicas, cfg.ipu.ipus_per_replica, cfg.ipu.system)

@@ -36,7 +36,7 @@ from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training, capture_state, restore_state
-from launch.config import distribute, load_config
+from launch.config import distribute, load_config, placement
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from models.optim.loss_scaling import NonFiniteLossError
 
@@ -68,9 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = distribute(load_config(args.config, args.overrides), dist)
         comm = popdist.get_comm()
-        t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+        t = build_training(cfg, comm, placement(cfg, dist))
         resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
-        _log_start(t, dist)
+        _log_start(t)
         return run(t, resumed)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
@@ -103,19 +103,20 @@ def _resume(t: Training, comm, how: str) -> bool:
     return True
 
 
-def _log_start(t: Training, dist) -> None:
+def _log_start(t: Training) -> None:
     cfg, spec = t.cfg, t.loader.spec
     logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
                 "accumulation %d -> global batch %d; %d updates (%d per epoch, %d per host call); optimizer %s; "
                 "run dir %s.",
-                cfg.model.name, cfg.data.path, dist.num_instances, spec.local_replicas, cfg.data.replicas,
+                cfg.model.name, cfg.data.path, t.placement.num_instances, spec.local_replicas,
+                t.placement.num_total_replicas,
                 cfg.data.micro_batch, cfg.data.grad_accum, cfg.global_batch, t.total_steps,
                 t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)
 
 
 def run(t: Training, resumed: bool) -> int:
     """The training loop; returns the exit code."""
-    lead = t.instance_index == 0
+    lead = t.lead
     log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
@@ -218,7 +219,7 @@ def _save(t: Training) -> None:
 
 def _maybe_kill(t: Training, resumed: bool) -> None:
     """Test hook ``run.kill_at_step``: instance 0 dies by SIGKILL, as in a crash, unless resumed."""
-    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.instance_index == 0:
+    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.lead:
         logger.warning("run.kill_at_step=%d: sending SIGKILL to myself (pid %d).", t.engine.step, os.getpid())
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -229,11 +230,11 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
     info = t.train_set.info
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
-                                     profile=t.model.profile(cfg.data.micro_batch)) if t.instance_index == 0 else None
-    if t.instance_index != 0:
+                                     profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
+    if not t.lead:
         return 0
     summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
-               "global_batch": cfg.global_batch, "replicas": cfg.data.replicas, "instances": t.num_instances,
+               "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas, "instances": t.placement.num_instances,
                "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),

@@ -211,7 +211,7 @@ def launch(config: LaunchConfig) -> int:
     run_id = os.environ.get(envc.RUN_ID) or time.strftime("%Y%m%d-%H%M%S-") + str(os.getpid())
     console = Console(template=config.output_tag, out=sys.stdout, err=sys.stderr,
                       only_instance=config.only_output_from_instance)
-    job = Job(config, console, mpiexec=mpiexec, flavor=flavor, run_id=run_id, python=sys.executable)
+    job = Job(config, infos, console, mpiexec=mpiexec, flavor=flavor, run_id=run_id, python=sys.executable)
     if config.dry_run:
         print(json.dumps({"command": job.argv(0), "instances": [
             {"instance": i.index, "host": i.host, "env": envc.instance_env(i, run_id=run_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poprun_py.errors import ConfigError
-from poprun_py.systems import SystemShape, get_system, smallest_system_for
+from poprun_py.systems import get_system, smallest_system_for
 
 PLACEMENTS = ("spreadnuma", "disabled")
 DEFAULT_OUTPUT_TAG = "[{instance}] "
@@ -47,10 +47,6 @@ class LaunchConfig:
     @property
     def replicas_per_instance(self) -> int:
         return self.num_replicas // self.num_instances
-
-    @property
-    def system_shape(self) -> SystemShape:
-        return get_system(self.system)
 
 
 def _is_power_of_two(n: int) -> bool:

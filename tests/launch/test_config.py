@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from launch.config import TrainConfig, distribute, from_dict, load_config
+from launch.config import TrainConfig, distribute, from_dict, load_config, placement
 from poprun_py.env import DistInfo
+from poprun_py.topology import InstanceInfo, single_instance
 
 
 def test_default_config_loads_with_its_sections():
@@ -68,9 +69,12 @@ def test_to_dict_round_trips():
     assert from_dict(cfg.to_dict()) == cfg
 
 
-def dist(instances, replicas, ipus=1):
-    return DistInfo(is_set=True, num_instances=instances, num_total_replicas=replicas,
-                    num_local_replicas=replicas // instances, ipus_per_replica=ipus)
+def dist(instances, replicas, ipus=1, system="", index=0):
+    local = replicas // instances
+    return DistInfo(is_set=True, placement=InstanceInfo(
+        index=index, num_instances=instances, host="h", local_index=index, num_local_replicas=local,
+        replica_offset=index * local, num_total_replicas=replicas, ipus_per_replica=ipus, ild=0, device_id=0,
+        system=system))
 
 
 def test_distribute_accepts_the_launchers_matching_topology():
@@ -85,6 +89,25 @@ def test_distribute_refuses_a_different_replica_count_and_says_how_to_fix():
         distribute(load_config("default"), dist(2, 8))
     with pytest.raises(ValueError, match=r"--ipus-per-replica 2"):
         distribute(load_config("g16-b4-pod16"), dist(8, 8, ipus=1))
+
+
+def test_the_launchers_system_reaches_the_config_and_a_different_one_names_the_fix():
+    assert distribute(load_config("default"), dist(2, 4, system="POD16")).ipu.system == "POD16"
+    pod64 = load_config("g16-b4-pod64")
+    assert distribute(pod64, dist(32, 32, ipus=2, system="POD64")) == pod64
+    with pytest.raises(ValueError, match=r"launcher runs on POD128 but the config has ipu\.system=POD64; "
+                                         r"launch with --system POD64 or pass --set ipu\.system=POD128"):
+        distribute(pod64, dist(32, 32, ipus=2, system="POD128"))
+
+
+def test_placement_is_the_launchers_else_one_instance_with_every_replica():
+    launched = dist(2, 4, index=1, system="POD4")
+    cfg = distribute(load_config("default"), launched)
+    assert placement(cfg, launched) is launched.placement
+    assert placement(cfg, launched).replicas == range(2, 4)
+    alone = placement(load_config("default"), DistInfo(is_set=False))
+    assert alone == single_instance(4, 1, "")
+    assert (alone.num_instances, alone.num_local_replicas, alone.replicas) == (1, 4, range(0, 4))
 
 
 def test_precision_emulation_is_on_in_the_recipe_and_fmnist_16_16_only():

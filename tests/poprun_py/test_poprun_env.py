@@ -37,6 +37,7 @@ def test_round_trip(instances, replicas, ipus):
                 back.replica_index_offset, back.ipus_per_replica, back.local_instance_index, back.device_id) == (
             info.index, info.num_instances, info.num_total_replicas, info.num_local_replicas,
             info.replica_offset, info.ipus_per_replica, info.local_index, info.device_id)
+        assert back.placement == info  # the launcher's placement, field for field
 
 
 def test_outside_a_launcher_is_one_instance_one_replica():
@@ -89,3 +90,14 @@ def test_option_defaults():
     env = {"POPRUN_NUM_INSTANCES": "2", "POPRUN_LOG_DIR": "/x", "OTHER": "1"}
     assert option_defaults(env, ["num_instances", "log_dir", "hang_timeout"]) == {"num_instances": "2", "log_dir": "/x"}
     assert envc.OPTION_PREFIX == "POPRUN_"
+
+
+def test_the_agents_spec_carries_the_launchers_placement_unchanged():
+    from poprun_py.agent import AgentSpec
+
+    config = validate_config(program=("x",), num_instances=4, num_replicas=8, ipus_per_replica=2, hosts=("a", "b"))
+    spec = AgentSpec(config, "run", tuple(assign_instances(config)), restart_count=1, log_dir="/l")
+    back = AgentSpec.from_json(spec.to_json())
+    assert back == spec
+    assert [(i.host, i.replica_offset, i.device_id) for i in back.instances] == [
+        ("a", 0, 24), ("a", 2, 25), ("b", 4, 26), ("b", 6, 27)]
