@@ -79,7 +79,8 @@ class Batch:
 
 @dataclass
 class LoaderStats:
-    """Counters for the emulated I/O: batches handed out and seconds the consumer waited."""
+    """Counters for the emulated I/O: batches handed out and seconds the consumer waited for them
+    (blocked on the queue, or building them itself with ``prefetch=0``)."""
 
     batches: int = 0
     wait_seconds: float = 0.0
@@ -229,9 +230,11 @@ class Loader:
             epoch, step = (epoch + 1, 0) if step + 1 == self.steps_per_epoch else (epoch, step + 1)
 
     def _batches(self, epoch: int, step: int, count: int) -> Iterator[Batch]:
-        if self.prefetch == 0:
+        if self.prefetch == 0:  # built on the calling thread, which waits for all of it
             for position in self._positions(epoch, step, count):
+                start = time.perf_counter()
                 batch = self.batch_at(*position)
+                self.stats.wait_seconds += time.perf_counter() - start
                 self._advance(batch)
                 yield batch
             return

@@ -19,6 +19,7 @@ from data.dataset import Dataset, open_dataset
 from data.loader import BatchSpec, Loader, evaluation_loader
 from ipu.runtime.emulation import HalfRounder, PrecisionEmulation
 from ipu.runtime.engine import Engine
+from ipu.runtime.streams import host_batches_ahead
 from ipu.memory import IpuOutOfMemoryError, MemoryPlan, fit, raise_if_out_of_memory
 from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.plan import IpuPlan
@@ -146,8 +147,9 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
 
 def _log_io_tiles(io: IoTilePlan, prefetch_depth: int) -> None:
     if not io.num_io_tiles:
-        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute; each infeed "
-                    "prefetches %d micro-batch(es).", prefetch_depth)
+        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here "
+                    "the loader's thread keeps %d micro-batch(es) per replica ready (ipu.prefetch_depth).",
+                    prefetch_depth)
         return
     logger.info("IO tiles: %d per IPU (%d left for compute) hold %d prefetched micro-batch(es), %d of %d bytes; "
                 "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_depth, io.io_bytes,
@@ -167,13 +169,13 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, L
                          f"{d.replicas}: build the placement with launch.config.placement(distribute(cfg, dist), dist)")
     train_set = open_dataset(d.path, "train")
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
-    loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum),
-                    seed=cfg.run.seed, augment=augment, prefetch=d.prefetch, cache=d.cache)
+    loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
+                    augment=augment, prefetch=host_batches_ahead(cfg.ipu.prefetch_depth, d.grad_accum), cache=d.cache)
     eval_loader = None
     if cfg.run.evaluate:
         val_set = open_dataset(d.path, "validation")
         spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
-        eval_loader = evaluation_loader(val_set, spec, prefetch=d.prefetch, cache=d.cache)
+        eval_loader = evaluation_loader(val_set, spec, prefetch=cfg.ipu.prefetch_depth, cache=d.cache)
     return train_set, loader, eval_loader
 
 
@@ -240,7 +242,7 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
     engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
                     total_replicas=placement.num_total_replicas, scaler=LossScaler(cfg.loss_scaling),
                     ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
-                    grad_dtype=np.dtype(cfg.run.gradient_dtype), prefetch_depth=cfg.ipu.prefetch_depth,
+                    grad_dtype=np.dtype(cfg.run.gradient_dtype),
                     emulation=build_emulation(cfg, params, optimizer))
     engine.broadcast_initial_state()
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights

@@ -52,7 +52,6 @@ class DataConfig:
     mixup_alpha: float = 0.0  # on the device; 0 turns it off (recipe: 0.2)
     cutmix_lambda: float = 0.0  # fraction of the image kept; 0 turns it off (recipe: 0.85)
     eval_micro_batch: int = 0  # 0: the training micro-batch
-    prefetch: int = 2
     cache: str = "auto"
 
     def __post_init__(self) -> None:
@@ -132,13 +131,16 @@ class IpuConfig:
     num_hosts: int = 1  # host servers feeding the POD (host IO bandwidth in the prediction)
     chip: str = "mk2"  # mk1, mk2 or bow: the IPU the memory fit and the prediction assume
     check_fit: bool = True  # false: no memory fit before the first step (CPU-only shapes)
-    prefetch_depth: int = 3  # micro-batches each replica's infeed holds (on the IO tiles when set)
+    prefetch_depth: int = 3  # micro-batches ready ahead of each replica: the IO tiles and the loader's thread
     device_iterations: int = 1  # weight updates per host call
 
     def __post_init__(self) -> None:
-        for name in ("ipus_per_replica", "prefetch_depth", "device_iterations"):
+        for name in ("ipus_per_replica", "device_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ipu.{name}={getattr(self, name)!r} must be >= 1")
+        if self.prefetch_depth < 0:
+            raise ValueError(f"ipu.prefetch_depth={self.prefetch_depth!r} must be >= 0 (0: no prefetch, the "
+                             "training thread builds each batch)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"ipu.precision={self.precision!r} is not a precision mode: choose one of "
                              f"{', '.join(PRECISIONS)} (compute.weights widths, e.g. 16.16)")

@@ -102,16 +102,22 @@ class PrecisionEmulation:
         :meth:`store_initial`). ``16.32`` rounds the weights in place and restores the float32
         masters afterwards, so the optimizer updates the masters.
         """
-        if self.half_weights:
-            self.rounder.round_all_(p.data for p in self.params)
-            yield
-            return
-        for p, master in zip(self.params, self._masters):
-            np.copyto(master, p.data)
-            self.rounder.round_(p.data)
+        self.round_for_compute()
         try:
             yield
         finally:
+            self.restore_masters()
+
+    def round_for_compute(self) -> None:
+        """Enter :meth:`compute_weights`: round the weights (``16.32``: keep the masters first)."""
+        if not self.half_weights:
+            for p, master in zip(self.params, self._masters):
+                np.copyto(master, p.data)
+        self.rounder.round_all_(p.data for p in self.params)
+
+    def restore_masters(self) -> None:
+        """Leave :meth:`compute_weights`: ``16.32`` puts the float32 masters back."""
+        if not self.half_weights:
             for p, master in zip(self.params, self._masters):
                 np.copyto(p.data, master)
 

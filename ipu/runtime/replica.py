@@ -29,7 +29,8 @@ import numpy as np
 from ipu.runtime.emulation import HalfRounder
 from ipu.runtime.mixing import Targets, cutmix, mixed_cross_entropy, mixup
 from ipu.runtime.normalise import normalise
-from ipu.runtime.streams import ReplicaFeed, array_feed
+from ipu.runtime.phases import PhaseTimes
+from ipu.runtime.streams import ReplicaFeed
 from models.loss import softmax_cross_entropy
 
 
@@ -49,6 +50,7 @@ class Replica(Protocol):
     """What the engine needs from a replica (single-IPU or pipelined)."""
 
     index: int  # global replica index
+    times: PhaseTimes  # seconds of its normalise, model, gradient sum and float16 rounding
 
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
                  loss_scale: float) -> ReplicaResult: ...
@@ -122,11 +124,7 @@ class _ReplicaBase:
         self.model, self.index, self.device, self.half = model, int(index), device, half
         self._state = {k: v.copy() for k, v in model.buffers().items()}
         self._x: np.ndarray | None = None
-
-    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
-            loss_scale: float) -> ReplicaResult:
-        """One step from arrays (``images`` uint8 [A, M, H, W, C]): :meth:`run_from` through a feed."""
-        return self.run_from(array_feed(images, labels), step=step, grads=grads, loss_scale=loss_scale)
+        self.times = PhaseTimes()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._state.items()}
@@ -138,20 +136,28 @@ class _ReplicaBase:
         for key, value in state.items():
             np.copyto(self._state[key], value)
 
-    def _input(self, images: np.ndarray, labels: np.ndarray, rng) -> tuple[np.ndarray, Targets]:
-        if self._x is None or self._x.shape != images.shape:
-            self._x = np.empty(images.shape, np.float32)
-        x, targets = self.device.prepare(images, labels, rng, out=self._x)
-        if self.half is not None:
-            self.half.round_(x)
+    def _input(self, images: np.ndarray, labels: np.ndarray, rng, reuse: bool = True) -> tuple[np.ndarray, Targets]:
+        """The device's first operations on a uint8 micro-batch (into a reused buffer unless ``reuse``
+        is false), rounded to float16 when the compute is emulated."""
+        with self.times.measure("normalise"):
+            if reuse and (self._x is None or self._x.shape != images.shape):
+                self._x = np.empty(images.shape, np.float32)
+            x, targets = self.device.prepare(images, labels, rng, out=self._x if reuse else None)
+        self._round(x)
         return x, targets
+
+    def _round(self, x: np.ndarray) -> None:
+        if self.half is not None:
+            with self.times.measure("precision_emulation"):
+                self.half.round_(x)
 
     def _add_partials(self, grads: Sequence[np.ndarray], partials: Sequence[np.ndarray]) -> None:
         """Add this replica's gradients into the engine's buffers (rounded to float16 first if emulated)."""
-        for g, partial in zip(grads, partials):
-            if self.half is not None:
-                self.half.round_(partial)
-            g += partial
+        for partial in partials:
+            self._round(partial)
+        with self.times.measure("gradient_sum"):
+            for g, partial in zip(grads, partials):
+                g += partial
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult:
         """Loss and top-1 of the masked samples, inference mode, this replica's statistics."""
@@ -183,10 +189,11 @@ class SingleIpuReplica(_ReplicaBase):
                 images, labels = feed.next()
                 rng = replica_rng(self.device.seed, step, self.index, a)
                 x, targets = self._input(images, labels, rng)
-                self.model.set_rng(rng)
-                logits = self.model.forward(x, training=True)
-                result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
-                self.model.backward(dlogits, need_dx=False)
+                with self.times.measure("model"):
+                    self.model.set_rng(rng)
+                    logits = self.model.forward(x, training=True)
+                    result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
+                    self.model.backward(dlogits, need_dx=False)
                 self._add_partials(grads, [p.grad for p in params])
                 total += result
         return total
@@ -213,9 +220,7 @@ class PipelinedIpuReplica(_ReplicaBase):
         num = feed.num_micro_batches
         for a in range(num):
             images, y = feed.next()
-            x, mixed = self.device.prepare(images, y, replica_rng(self.device.seed, step, self.index, a))
-            if self.half is not None:
-                self.half.round_(x)
+            x, mixed = self._input(images, y, replica_rng(self.device.seed, step, self.index, a), reuse=False)
             micro.append((x, y))
             targets[id(y)] = mixed
         results: list[ReplicaResult] = []
@@ -227,7 +232,7 @@ class PipelinedIpuReplica(_ReplicaBase):
 
         # dropout draws: one stream for the whole pipelined run (stream id A: after the micro-batches')
         self.model.set_rng(replica_rng(self.device.seed, step, self.index, num))
-        with replica_state(self.model, self._state):
+        with replica_state(self.model, self._state), self.times.measure("model"):
             out = self.pipeline.run(micro, loss_fn)
         self._add_partials(grads, [out.grads[p.name] for p in self.model.params()])
         return sum(results, ReplicaResult())

@@ -13,6 +13,7 @@ from models.optim.loss_scaling import LossScaleConfig, LossScaler
 from models.optim import OptimConfig, make_optimizer
 from models.optim.schedules import ScheduleConfig, make_schedule
 from poprun_py.comm import LoopbackComm
+from ipu.runtime.streams import ReplicaFeed
 
 MEAN, STD = (100.0,), (50.0,)
 
@@ -118,7 +119,7 @@ def test_gradient_partials_are_float16_before_accumulation():
     grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
     images, labels = batch(1, 1)
     with engine.emulation.compute_weights():
-        engine.replicas[0].run(images[0], labels[0], step=0, grads=grads, loss_scale=128.0)
+        engine.replicas[0].run_from(ReplicaFeed([(images[0], labels[0])]), step=0, grads=grads, loss_scale=128.0)
     assert all(is_float16(g.astype(np.float32)) for g in grads) and any(np.any(g) for g in grads)
 
 
@@ -153,5 +154,5 @@ def test_pipelined_replicas_add_float16_partials_too():
     replica = PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], half=HalfRounder())
     grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
     images, labels = batch(1, 4)
-    replica.run(images[0], labels[0], step=0, grads=grads, loss_scale=128.0)
+    replica.run_from(ReplicaFeed([(images[0], labels[0])]), step=0, grads=grads, loss_scale=128.0)
     assert all(is_float16(g.astype(np.float32)) for g in grads) and any(np.any(g) for g in grads)
