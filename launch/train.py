@@ -37,7 +37,7 @@ from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
 from ipu.runtime.phases import PHASES, PhaseTimes, shares
 from launch import checkpoint as ckpt
-from launch.build import Training, build_training, capture_state, restore_state
+from launch.build import Training, build_training
 from launch.config import distribute, load_config, placement
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from models.optim.loss_scaling import NonFiniteLossError
@@ -99,7 +99,7 @@ def _resume(t: Training, comm, how: str) -> bool:
             return False
         path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(step[0]))
     arrays, meta = ckpt.load_checkpoint(path)
-    restore_state(t, arrays, meta)
+    ckpt.restore_state(t, arrays, meta)
     logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch.", path, t.engine.step,
                 *t.loader.position)
     return True
@@ -240,7 +240,7 @@ def _end_of_epoch(t: Training, epoch: int, log: MetricsLog | None) -> tuple[floa
 
 def _save(t: Training) -> None:
     """Gather the state everywhere (collective), write it on instance 0 only."""
-    arrays, meta = capture_state(t, {"epoch": t.loader.position[0]})
+    arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
 
