@@ -72,6 +72,14 @@ def split_balanced(profile: Sequence[LayerProfile], num_stages: int, by: str = "
     return _split_from_cuts(profile, order, cuts)
 
 
+def check_pipeline_splits(splits: Sequence[str], ipus_per_replica: int, field: str = "pipeline_splits") -> None:
+    """Splits name the first block of each later stage: a replica on N IPUs needs N - 1 of them (none
+    means "balance automatically" where the caller allows it)."""
+    if splits and len(splits) != ipus_per_replica - 1:
+        raise ValueError(f"{field} has {len(splits)} splits ({len(splits) + 1} stages) for {ipus_per_replica} "
+                         f"IPUs per replica: give ipus_per_replica - 1 block names")
+
+
 def check_gradient_accumulation(gradient_accumulation: int, num_stages: int) -> None:
     """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (ref §8)."""
     if num_stages > 1 and gradient_accumulation < 2 * num_stages:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ipu.pipeline import check_gradient_accumulation
+from ipu.pipeline import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
 from ipu.schedule import SCHEDULES
 from ipu.specs import PodSpec, get_pod
+from poprun_py.systems import is_power_of_two
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
 OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
@@ -61,11 +62,7 @@ class IpuPlan:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
         _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
-            raise ValueError(
-                f"{len(self.pipeline_splits)} pipeline splits make {len(self.pipeline_splits) + 1} stages but "
-                f"ipus_per_replica is {self.ipus_per_replica}: give ipus_per_replica - 1 splits"
-            )
+        check_pipeline_splits(self.pipeline_splits, self.ipus_per_replica)
         check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
         pod = self.pod
         if self.total_ipus > pod.num_ipus:
@@ -98,7 +95,7 @@ class IpuPlan:
 
 
 def _check_power_of_two(name: str, value: int) -> None:
-    if value & (value - 1):
+    if not is_power_of_two(value):
         raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from ipu.pipeline import check_pipeline_splits
+from ipu.plan import get_preset
 from ipu.precision import PRECISIONS
 from models.optim.loss_scaling import LossScaleConfig
 from models.optim import OptimConfig
@@ -146,9 +148,7 @@ class IpuConfig:
                              f"{', '.join(PRECISIONS)} (compute.weights widths, e.g. 16.16)")
         if self.num_io_tiles < 0:
             raise ValueError(f"ipu.num_io_tiles={self.num_io_tiles!r} must be >= 0 (0: no IO tiles)")
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
-            raise ValueError(f"ipu.pipeline_splits has {len(self.pipeline_splits)} splits for "
-                             f"{self.ipus_per_replica} IPUs per replica: give ipus_per_replica - 1 block names")
+        check_pipeline_splits(self.pipeline_splits, self.ipus_per_replica, "ipu.pipeline_splits")
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,7 @@ class RunConfig:
     progress_bar: bool = True
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
+    tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:
@@ -176,6 +177,8 @@ class RunConfig:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
         if self.gradient_dtype not in ("float32", "float64"):
             raise ValueError(f"run.gradient_dtype={self.gradient_dtype!r} must be float32 or float64")
+        if self.tensorboard not in ("auto", True, False):
+            raise ValueError(f"run.tensorboard={self.tensorboard!r} must be auto, true or false")
         if self.keep_checkpoints < 1:
             raise ValueError(f"run.keep_checkpoints={self.keep_checkpoints!r} must be >= 1")
 
@@ -218,9 +221,38 @@ def load_config(name_or_path: str = "default", overrides: list[str] | tuple[str,
     if name not in names:
         raise ValueError(f"no configuration {name!r} in {path}; choose one of {', '.join(names)}")
     raw = _plain(entries[name]) or {}
+    if isinstance(raw, dict) and "preset" in raw:
+        raw = _merged(preset_sections(raw.pop("preset")), raw)
     for item in overrides:
         _apply_override(raw, item)
     return from_dict(raw, source=f"{path}:{name}")
+
+
+def preset_sections(name: str) -> dict[str, dict[str, Any]]:
+    """The fields an ``ipu.plan`` preset fixes, as config sections: the batch split (``data``), how
+    each replica maps onto the IPUs (``ipu``) and the epochs (``run``). A ``configs.yml`` entry with
+    ``preset: NAME`` starts from these, so the recipe's numbers are written once, in ``ipu/plan.py``."""
+    try:
+        plan = get_preset(name)
+    except ValueError as err:
+        raise ValueError(f"configuration key preset: {err}") from None
+    return {
+        "data": {"micro_batch": plan.micro_batch, "grad_accum": plan.gradient_accumulation, "replicas": plan.replicas},
+        "ipu": {"ipus_per_replica": plan.ipus_per_replica, "pipeline_splits": list(plan.pipeline_splits),
+                "pipeline_schedule": plan.schedule, "recompute": plan.recompute, "precision": plan.precision,
+                "available_memory_proportion": plan.available_memory_proportion, "num_io_tiles": plan.num_io_tiles,
+                "prefetch_depth": plan.prefetch_depth, "system": plan.system, "num_hosts": plan.num_hosts,
+                "chip": plan.chip, "device_iterations": plan.device_iterations},
+        "run": {"epochs": plan.epochs},
+    }
+
+
+def _merged(base: dict, top: dict) -> dict:
+    """``top`` over ``base``, section by section."""
+    out = {k: dict(v) for k, v in base.items()}
+    for key, value in top.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) and key in out else value
+    return out
 
 
 def _locate(name_or_path: str) -> tuple[Path, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poprun_py.errors import ConfigError
-from poprun_py.systems import get_system, smallest_system_for
+from poprun_py.systems import get_system, is_power_of_two, smallest_system_for
 
 PLACEMENTS = ("spreadnuma", "disabled")
 DEFAULT_OUTPUT_TAG = "[{instance}] "
@@ -49,10 +49,6 @@ class LaunchConfig:
         return self.num_replicas // self.num_instances
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
 def _check_positive(name: str, value: int) -> None:
     if value < 1:
         raise ConfigError(f"{name} must be at least 1, got {value}")
@@ -93,7 +89,7 @@ def validate_config(
             f"({', '.join(hosts)}): instances are divided evenly among hosts"
         )
     num_ipus = num_replicas * ipus_per_replica
-    if not _is_power_of_two(num_ipus):
+    if not is_power_of_two(num_ipus):
         raise ConfigError(
             f"--num-replicas x --ipus-per-replica = {num_replicas} x {ipus_per_replica} = {num_ipus} IPUs, "
             f"which is not a power of two: IPU partitions come in powers of two (for example "

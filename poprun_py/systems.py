@@ -45,6 +45,11 @@ def get_system(name: str) -> SystemShape:
     return SYSTEMS[key]
 
 
+def is_power_of_two(n: int) -> bool:
+    """IPU partitions, multi-IPU devices and replica counts come in powers of two (docs/sources.md §4)."""
+    return n > 0 and n & (n - 1) == 0
+
+
 def smallest_system_for(num_ipus: int) -> SystemShape:
     """The smallest POD that holds ``num_ipus`` IPUs."""
     for shape in sorted(SYSTEMS.values(), key=lambda s: s.num_ipus):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from launch.config import TrainConfig, distribute, from_dict, load_config, placement
@@ -123,3 +125,23 @@ def test_a_bad_or_unquoted_precision_names_the_fix():
         load_config("default", ["ipu.precision=16.16"])
     with pytest.raises(ValueError, match="ipu.precision='16.8' is not a precision mode: choose one of 32.32"):
         load_config("default", ["ipu.precision='16.8'"])
+
+
+@pytest.mark.parametrize("pod", ["pod16", "pod64", "pod128", "pod256"])
+def test_the_recipe_configs_are_the_ipu_presets(pod):
+    from ipu.plan import get_preset
+    from launch.compile import ipu_plan
+    from models.registry import efficientnet_config
+
+    preset = get_preset(f"g16-b4-{pod}")
+    plan = ipu_plan(load_config(f"g16-b4-{pod}"), (380, 380, 3), 1000, preset.dataset_images)
+    assert dataclasses.replace(plan, model=preset.model, model_overrides=preset.model_overrides) == preset
+    assert efficientnet_config(plan.model, **plan.overrides) == efficientnet_config(preset.model, **preset.overrides,
+                                                                                    resolution=preset.image_size)
+
+
+def test_an_unknown_preset_names_the_known_ones(tmp_path):
+    path = tmp_path / "mine.yml"
+    path.write_text("mine: {preset: g16-b4-pod3}\n")
+    with pytest.raises(ValueError, match="preset: unknown preset 'g16-b4-pod3': choose one of g16-b4-pod4"):
+        load_config(f"{path}:mine")
