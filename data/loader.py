@@ -97,8 +97,7 @@ _END = object()
 class Loader:
     """Iterates this instance's share of every global batch, one epoch per ``for`` loop.
 
-    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch, and
-    ``loader.take(n)`` the next ``n`` batches across epochs; ``position`` is
+    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch; ``position`` is
     the (epoch, step) of the *next* batch and moves when a batch is handed out, so saving it after
     a training step and restoring it with :meth:`set_position` replays exactly the batches an
     uninterrupted run would see. ``prefetch=0`` builds batches on the calling thread.
@@ -217,12 +216,6 @@ class Loader:
         """The batches from ``position`` to the end of its epoch."""
         epoch, step = self._position
         return self._batches(epoch, step, self.steps_per_epoch - step)
-
-    def take(self, num_steps: int) -> Iterator[Batch]:
-        """The next ``num_steps`` batches from ``position``, crossing epoch boundaries without a stall."""
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-        return self._batches(*self._position, num_steps)
 
     def _positions(self, epoch: int, step: int, count: int) -> Iterator[tuple[int, int]]:
         for _ in range(count):

@@ -86,10 +86,6 @@ class IpuPlan:
         return self.micro_batch * self.gradient_accumulation * self.replicas
 
     @property
-    def updates_per_epoch(self) -> int:
-        return self.dataset_images // self.global_batch
-
-    @property
     def overrides(self) -> dict[str, object]:
         return dict(self.model_overrides)
 
@@ -162,15 +158,10 @@ def load_profile(plan: IpuPlan) -> list:
     Uses the numerics engine's contract ``models.build_model(name, num_classes, **overrides)
     .profile(batch_size)``; the image size is passed as the ``resolution`` override.
     """
-    import models
+    from models import build_model
 
-    build = getattr(models, "build_model", None)
-    if build is None:
-        raise RuntimeError(
-            "models.build_model is not available yet: pass a profile (list[LayerProfile]) explicitly"
-        )
     overrides = {"resolution": plan.image_size, **plan.overrides}
-    return build(plan.model, plan.num_classes, **overrides).profile(plan.micro_batch)
+    return build_model(plan.model, plan.num_classes, **overrides).profile(plan.micro_batch)
 
 
 # Published end-to-end figures to compare predictions with (ref §1.1): EfficientNet-B4 trained on

@@ -38,7 +38,7 @@ from ipu.runtime.emulation import PrecisionEmulation
 from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.replica import Replica, ReplicaResult
 from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
-from models.optim.loss_scaling import LossScaler, NonFiniteLossError, all_finite
+from models.optim.loss_scaling import LossScaler, NonFiniteLossError
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)
@@ -229,8 +229,7 @@ class Engine:
     def _update(self, loss: float) -> tuple[float, bool, float]:
         scale = self.scaler.scale
         # one pass: the mean over every micro-batch of every replica, and the loss-scale unscaling
-        self.flat *= self.flat.dtype.type(1.0 / (self.total_replicas * self.grad_accum * scale))
-        finite = all_finite(self.flat) and math.isfinite(loss)
+        finite = self.scaler.unscale_([self.flat], divisor=self.total_replicas * self.grad_accum) and math.isfinite(loss)
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale

@@ -1,3 +1,4 @@
+import gzip
 import subprocess
 import sys
 
@@ -7,9 +8,16 @@ import pytest
 from data.__main__ import main
 from data.convert import FASHION_MNIST_CLASSES, balanced_subset, convert_idx, convert_images, convert_synthetic
 from data.dataset import open_dataset, verify_dataset
-from data.idx import read_idx, write_idx
+from data.idx import read_idx
 from data.sources import SHIPPED_SUBSET, fashion_mnist_path
 from data.synthetic import SyntheticSpec, synthetic_block
+
+
+def write_idx(path, array, compress=False):
+    """An IDX file (big-endian header, then the bytes), plain or gzip: the fixtures' writer."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    payload = bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes() + array.tobytes()
+    path.write_bytes(gzip.compress(payload) if compress else payload)
 
 
 def _fake_mnist(folder, n_train=30, n_val=20, compress=True):

@@ -3,11 +3,8 @@
 import numpy as np
 import pytest
 
-models = pytest.importorskip("models")
-if not hasattr(models, "build_model"):
-    pytest.skip("models.build_model has not landed", allow_module_level=True)
-
-from ipu.runtime.pipelined_replica import PipelinedReplica  # noqa: E402
+import models
+from ipu.runtime.pipelined_replica import PipelinedReplica
 
 NUM_CLASSES = 10
 
