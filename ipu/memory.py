@@ -12,7 +12,7 @@ For each IPU (pipeline stage) the model places, from the stage's ``LayerProfile`
 * code and exchange overhead, per tile and per layer.
 
 A tile fits when its bytes do not exceed ``memory_per_tile``. When one does not, ``check_fit``
-raises ``IpuOutOfMemoryError`` in Poplar's words before any step runs (ref §7, §10.9). All
+raises ``IpuOutOfMemoryError`` in Poplar's words before any step runs (docs/sources.md §5). All
 constants below are modelling assumptions, not Graphcore figures.
 """
 

@@ -81,7 +81,7 @@ def check_pipeline_splits(splits: Sequence[str], ipus_per_replica: int, field: s
 
 
 def check_gradient_accumulation(gradient_accumulation: int, num_stages: int) -> None:
-    """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (ref §8)."""
+    """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (docs/sources.md §7)."""
     if num_stages > 1 and gradient_accumulation < 2 * num_stages:
         raise ValueError(
             f"gradient accumulation {gradient_accumulation} is too small for a {num_stages}-stage "

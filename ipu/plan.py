@@ -1,7 +1,7 @@
 """An IPU execution plan: how one training configuration maps onto a POD, plus named presets.
 
 The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
-(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9).
+(SDK 2.4) and ``graphcore-research`` (docs/sources.md §1, §2).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ipu.schedule import SCHEDULES
 from ipu.specs import PodSpec, get_pod
 from poprun_py.systems import is_power_of_two
 
-IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
+IMAGENET_TRAIN_IMAGES = 1_281_167  # docs/sources.md §8
 OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
 
 
@@ -34,7 +34,7 @@ class IpuPlan:
     schedule: str = "grouped"
     precision: str = "16.16"
     recompute: bool = False
-    available_memory_proportion: float = 0.6  # Poplar's usual default (ref §7, unverified)
+    available_memory_proportion: float = 0.6  # Poplar's usual default (docs/sources.md §5, unverified)
     num_io_tiles: int = 0
     prefetch_depth: int = 3
     eight_bit_io: bool = True
@@ -82,7 +82,7 @@ class IpuPlan:
 
     @property
     def global_batch(self) -> int:
-        """Images per weight update: micro-batch x GA x replicas (ref §10.1)."""
+        """Images per weight update: micro-batch x GA x replicas (docs/sources.md §1.3)."""
         return self.micro_batch * self.gradient_accumulation * self.replicas
 
     @property
@@ -92,11 +92,11 @@ class IpuPlan:
 
 def _check_power_of_two(name: str, value: int) -> None:
     if not is_power_of_two(value):
-        raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
+        raise ValueError(f"{name} must be a power of two on an IPU-POD (docs/sources.md §4), got {value}")
 
 
 # G16 EfficientNet-B4 with LARS, 2 IPUs per replica split at block4a, 16.16 with stochastic
-# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (ref §1.2).
+# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (docs/sources.md §1.2).
 G16_B4 = IpuPlan(
     model="efficientnet-b4-gn",
     model_overrides=(("group_size", 16), ("expand_ratio", 4)),
@@ -116,7 +116,7 @@ G16_B4 = IpuPlan(
     optimizer="lars",
 )
 
-# Per-POD replicas and GA keep the global batch at 6144 (ref §1.3); hosts as documented (POD16 1,
+# Per-POD replicas and GA keep the global batch at 6144 (docs/sources.md §1.3); hosts as documented (POD16 1,
 # POD64 4) or the most the system takes (POD128 8 as in the PopRun example, POD256 16).
 PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod4": replace(G16_B4, system="POD4", replicas=2, gradient_accumulation=160),
@@ -125,7 +125,7 @@ PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod128": replace(G16_B4, system="POD128", replicas=64, gradient_accumulation=32, num_hosts=8),
     "g16-b4-pod256": replace(G16_B4, system="POD256", replicas=128, gradient_accumulation=16, num_hosts=16),
     # The G1 (depthwise) baseline: 4 IPUs per replica, micro-batch 3, GA 64, 4 replicas = 768,
-    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (ref §1.2, §2, §10.9).
+    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (docs/sources.md §1.4).
     "g1-b4-4ipu": IpuPlan(
         model="efficientnet-b4-gn",
         model_overrides=(("group_size", 1), ("expand_ratio", 6)),
@@ -164,7 +164,7 @@ def load_profile(plan: IpuPlan) -> list:
     return build_model(plan.model, plan.num_classes, **overrides).profile(plan.micro_batch)
 
 
-# Published end-to-end figures to compare predictions with (ref §1.1): EfficientNet-B4 trained on
+# Published end-to-end figures to compare predictions with (docs/sources.md §1.1): EfficientNet-B4 trained on
 # IPU-POD256 in 1.8 hours (MLPerf v1.1 blog, read through a garbled mirror; the blog's opening says
 # "less than two hours" on POD128/POD256). Assumes the recipe's 350 epochs at 380 pixels.
 PUBLISHED_HOURS_TO_TRAIN = {"g16-b4-pod256": 1.8}

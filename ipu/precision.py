@@ -3,7 +3,7 @@
 Graphcore's CNN configs name precision ``compute.weights``: ``16.32`` computes in float16 and
 keeps float32 master weights; ``16.16`` keeps everything in float16, so the weight update itself
 is rounded to float16, stochastically when stochastic rounding is on (the default for the G16
-recipe, ref §1.5 and §10.6). The emulator computes in float32 on the CPU; these helpers apply the
+recipe, docs/sources.md §1.2). The emulator computes in float32 on the CPU; these helpers apply the
 storage rounding a real IPU would apply, and ``ipu/runtime/emulation.py`` applies them in training runs
 (``ipu.emulate_precision``). Loss scaling (static 128 or dynamic) lives with the
 optimizers in ``models/optim/loss_scaling.py``; ``LOSS_SCALE`` below is the recipe's static value.
@@ -19,7 +19,7 @@ import numpy as np
 from data._jit import jit, splitmix64
 
 FP16_MAX = 65504.0
-LOSS_SCALE = 128.0  # ref §1.2: Graphcore CNN default --loss-scaling 128 (static)
+LOSS_SCALE = 128.0  # docs/sources.md §1.2: Graphcore CNN default --loss-scaling 128 (static)
 FP16_MIN_NORMAL_EXP = -14  # smallest normal float16 is 2**-14
 FP16_MANTISSA_BITS = 10
 

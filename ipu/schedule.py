@@ -16,7 +16,7 @@ slot lasts as long as its busiest IPU.
 * ``sequential``: one micro-batch at a time through all stages, one operation per slot, as a
   sharded (unpipelined) model. Slowest; one micro-batch stashed per stage. A single-IPU replica
   runs this way (with recomputation: between block checkpoints, as Graphcore's single-IPU
-  "pipeline" with recomputation does, ref §8).
+  "pipeline" with recomputation does, docs/sources.md §7).
 
 The reference (§8) names the schedules and their trade-offs but not their exact slot layout;
 the layouts above are this emulator's model of them.

@@ -1,7 +1,7 @@
 """Hardware facts for the simulated IPUs, the machines that hold them and the PODs they form.
 
-Every number carries its source. "ref §7" means ``shared/reference/efficientnet-and-ipu.md``
-section 7, which quotes the primary source (datasheet, guide or paper). "Derived" marks
+Every number carries its source: ``docs/sources.md`` section 4 lists each with its public
+source (datasheet, guide, paper or article). "Derived" marks
 arithmetic on sourced inputs; "assumed" marks a modelling choice with no public figure behind it.
 The POD shapes (IPUs, hosts, IPU-Link domains) come from ``poprun_py.systems``, the table the
 launcher validates against; this module adds the chip and link facts on top of it.
@@ -49,28 +49,28 @@ class IpuSpec:
         return self.tiles * per_cycle * self.clock_hz
 
 
-# Mk1 GC2: 1216 tiles, 256 KiB/tile (304 MiB), 124.5 TFLOPS mixed, 31.1 TFLOPS FP32 (ref §7,
+# Mk1 GC2: 1216 tiles, 256 KiB/tile (304 MiB), 124.5 TFLOPS mixed, 31.1 TFLOPS FP32 (docs/sources.md §4,
 # Citadel microbenchmark notes). Clock 1.6 GHz is derived: 124.5e12 / (1216 x 64) = 1.60e9.
 MK1_GC2 = IpuSpec(
     name="Mk1 GC2",
     tiles=1216,
-    threads_per_tile=6,  # same barrel-threaded tile as Mk2 (ref §7 flashcards; assumed for Mk1)
+    threads_per_tile=6,  # same barrel-threaded tile as Mk2 (docs/sources.md §4 flashcards; assumed for Mk1)
     memory_per_tile=256 * KIB,
     clock_hz=1.6e9,  # derived, see above
     amp_fp16_flops_per_cycle=64,  # derived: 124.5e12 / (1216 * 1.6e9)
     amp_fp32_flops_per_cycle=16,  # derived: 31.1e12 / (1216 * 1.6e9)
     vector_fp16_flops_per_cycle=8,  # assumed: 4-wide half FMA
     vector_fp32_flops_per_cycle=4,  # assumed: 2-wide float FMA
-    exchange_bytes_per_s=45e12,  # 45 TB/s (ref §7, Citadel notes)
+    exchange_bytes_per_s=45e12,  # 45 TB/s (docs/sources.md §4, Citadel notes)
     ipu_links=10,  # assumed equal to Mk2 (no primary figure in the reference)
     ipu_link_bytes_per_s=320 * GB,  # assumed equal to Mk2
     host_link_bytes_per_s=32 * GB,  # assumed: PCIe Gen4 x16 card shared by 2 IPUs
 )
 
 # Mk2 GC200: 1472 tiles, 6 threads, 900 MB (624 KiB/tile), 250 TFLOPS FP16, 62.4 TFLOPS FP32
-# (ref §7: hexus, POD64 datasheet 3.994 PF FP32 / 64). Clock 1.33 GHz derived from
+# (docs/sources.md §4: hexus, POD64 datasheet 3.994 PF FP32 / 64). Clock 1.33 GHz derived from
 # 250e12 / (1472 x 128). "About 47 TB/s within an IPU" (Memory & Performance guide §2.1).
-# 10 IPU-Links, 320 GB/s; host interface PCIe Gen4, 64 GB/s per IPU (ref §7 flashcards).
+# 10 IPU-Links, 320 GB/s; host interface PCIe Gen4, 64 GB/s per IPU (docs/sources.md §4 flashcards).
 MK2_GC200 = IpuSpec(
     name="Mk2 GC200",
     tiles=1472,
@@ -88,7 +88,7 @@ MK2_GC200 = IpuSpec(
 )
 
 # Bow IPU: the same 1472 tiles and 900 MB as Mk2 at 1.85 GHz, "+40 % performance"; Bow-2000 is
-# 1.4 PF for 4 IPUs (ref §7: Bow-2000 datasheet, talent-republic). 1472 x 128 x 1.85e9 = 348.6
+# 1.4 PF for 4 IPUs (docs/sources.md §4: Bow-2000 datasheet, talent-republic). 1472 x 128 x 1.85e9 = 348.6
 # TFLOPS, consistent with 1.4 PF / 4. Exchange scales with the clock (derived: 47 x 1.85/1.33).
 BOW = IpuSpec(
     name="Bow",
@@ -124,7 +124,7 @@ class MachineSpec:
 
 
 # IPU-M2000: 4 x GC200, 1 PF FP16.16, IPU-Gateway 2.8 Tbps, 448 GB Streaming Memory at launch,
-# 1.5 kW (ref §7: hexus, tech5.in, eenewseurope). GW-Link and host-NIC rates are assumed:
+# 1.5 kW (docs/sources.md §4: hexus, tech5.in, eenewseurope). GW-Link and host-NIC rates are assumed:
 # 2 x 100 Gb/s each (not in the reference).
 M2000 = MachineSpec(
     name="IPU-M2000",
@@ -138,7 +138,7 @@ M2000 = MachineSpec(
 )
 
 # Bow-2000: 4 x Bow, 1.4 PF, up to 256 GB Streaming Memory, 1.25 kW, "Host-Link - PCIe Gen4 RoCEv2
-# NIC/SmartNIC" (ref §7, Bow-2000 datasheet). Fabric rates assumed equal to the M2000.
+# NIC/SmartNIC" (docs/sources.md §4, Bow-2000 datasheet). Fabric rates assumed equal to the M2000.
 BOW_2000 = MachineSpec(
     name="Bow-2000",
     chip=BOW,
@@ -170,7 +170,7 @@ class PodSpec:
     """An IPU-POD: the launcher's ``SystemShape`` plus the machines it is built from.
 
     IPUs inside one IPU-Link domain (one POD64 rack at most) talk over IPU-Links; domains talk
-    over the machines' GW-Links (POD128 = 2 POD64s with GW-Links cross-connected, ref §7).
+    over the machines' GW-Links (POD128 = 2 POD64s with GW-Links cross-connected, docs/sources.md §4).
     """
 
     shape: SystemShape

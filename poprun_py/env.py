@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from poprun_py.errors import EnvironmentContractError
 from poprun_py.topology import InstanceInfo, single_instance
 
-# PopDist's names, as PopRun sets them (see shared/reference/launchers.md section 1.5).
+# PopDist's names, as PopRun sets them (docs/sources.md §9).
 NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
 NUM_LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
 NUM_IPUS_PER_REPLICA = "POPDIST_NUM_IPUS_PER_REPLICA"

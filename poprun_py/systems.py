@@ -2,7 +2,7 @@
 
 These are the system-level facts the launcher needs (how many IPUs, hosts and IPU-Link
 domains a POD has). Chip-level facts (tiles, memory, rates) live in ``ipu/specs.py``, which
-builds on this table. Sources: ``shared/reference/efficientnet-and-ipu.md`` section 7.
+builds on this table. Sources: ``docs/sources.md`` §4.
 """
 
 from __future__ import annotations
