@@ -7,7 +7,8 @@ compile step (``launch.compile``). What a checkpoint holds of a run is ``launch.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from models.optim.schedules import Schedule, make_schedule
 from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
+
+INSTALL_ROOT = Path(__file__).resolve().parents[1]  # the folder holding launch/, data/, models/, ...
 
 
 @dataclass
@@ -61,8 +64,17 @@ def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> Ba
                      num_instances=placement.num_instances, instance_index=placement.index)
 
 
+def dataset_path(path: str) -> str:
+    """``data.path`` as given, or, when it is relative and not in the working directory, the same path
+    in the installed distribution (where the shipped ``data/fashion-mnist-subset.h5`` lives), so
+    that the named configs run from any directory."""
+    given = Path(path)
+    installed = INSTALL_ROOT / given
+    return str(installed if not given.is_absolute() and not given.exists() and installed.exists() else given)
+
+
 def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, Loader, Loader | None]:
-    d = cfg.data
+    d = replace(cfg.data, path=dataset_path(cfg.data.path))
     if placement.num_total_replicas != d.replicas:
         raise ValueError(f"the placement runs {placement.num_total_replicas} replicas but data.replicas is "
                          f"{d.replicas}: build the placement with launch.config.placement(distribute(cfg, dist), dist)")

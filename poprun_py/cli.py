@@ -227,10 +227,12 @@ def launch(config: LaunchConfig) -> int:
 def _check_program(program: tuple[str, ...]) -> None:
     import shutil
 
+    from poprun_py.bootstrap import console_script
+
     head = program[0]
     if head.endswith(".py") and not os.path.exists(head):
         raise ConfigError(f"program {head!r} not found (working directory {os.getcwd()})")
-    if not head.endswith(".py") and shutil.which(head) is None:
+    if not head.endswith(".py") and shutil.which(head) is None and console_script(head) is None:
         raise ConfigError(f"program {head!r} not found on PATH or not executable: give its path")
     if head.endswith(".py") or os.path.basename(head).startswith("python"):
         script = next((a for a in program[1:] if a.endswith(".py")), None)
