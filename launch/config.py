@@ -348,7 +348,17 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if str in options and isinstance(value, (int, float)):  # YAML read 16.16 as a number
         key = where.split(": ")[-1]
         raise ValueError(f"{where}={value!r} must be a string; quote it in YAML: --set \"{key}='{value}'\"")
-    raise ValueError(f"{where}={value!r} is not a valid {hint}")
+    raise ValueError(f"{where}={value!r} is not {_describe(options)}")
+
+
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def _describe(options: tuple) -> str:
+    """What a field takes, in words: ``an integer``, ``a number or null``, ``a list``."""
+    words = [_KINDS.get(t, "a list" if (typing.get_origin(t) or t) is tuple else getattr(t, "__name__", str(t)))
+             for t in options]
+    return " or ".join(dict.fromkeys(words))
 
 
 def distribute(cfg: TrainConfig, dist) -> TrainConfig:

@@ -119,7 +119,7 @@ def _log_start(t: Training) -> None:
 def run(t: Training, resumed: bool) -> int:
     """The training loop; returns the exit code."""
     lead = t.lead
-    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step) if lead else None
+    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
         return _loop(t, log, bar, lead, resumed)

@@ -32,6 +32,7 @@ from poprun_py import wire
 from poprun_py.bootstrap import wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.lines import FRAME, LINE, LineSplitter
+from poprun_py.oom import oom_kill_count, was_oom_kill
 from poprun_py.placement import numa_nodes, spread_cpus, thread_env
 from poprun_py.processes import (
     become_subreaper,
@@ -228,6 +229,7 @@ class Agent:
         self._open_logs()
         progress_r, progress_w = os.pipe()
         error_file = os.path.join(self._tmpdir, "error.json")
+        oom_before = oom_kill_count()
         started = time.monotonic()
         try:
             child = subprocess.Popen(
@@ -264,8 +266,9 @@ class Agent:
             t.join(timeout=2.0)
         self._flush_progress(force=True)
         code, sig = (None, -child.returncode) if child.returncode < 0 else (child.returncode, None)
+        oom = was_oom_kill(oom_before, oom_kill_count()) if sig == signal.SIGKILL else None
         self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
-                  ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail))
+                  ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail), oom=oom)
         if stopped or sig or code:
             self._linger()
         return 128 + sig if sig else code

@@ -199,6 +199,7 @@ class Job:
             state.exit_code, state.signal = record.get("code"), record.get("signal")
             state.duration, state.stopped = record.get("duration"), bool(record.get("stopped"))
             state.ended_at = record.get("ended_at")
+            state.oom_killed = record.get("oom")
             state.error, state.tail = record.get("error"), record.get("tail") or []
             logger.info("instance %d ended: code %s signal %s", state.index, state.exit_code, state.signal)
             if state.failed:

@@ -24,6 +24,7 @@ class InstanceState:
     duration: float | None = None
     ended_at: float | None = None  # wall clock, from the agent's host
     stopped: bool = False  # ended because the launcher asked it to
+    oom_killed: bool | None = None  # the OOM killer ended it (poprun_py.oom); None: unknown
     error: dict | None = None
     tail: list[str] = field(default_factory=list)
     last_activity: float = 0.0  # launcher's monotonic clock
@@ -55,7 +56,7 @@ def failure_report(state: InstanceState, num_instances: int, log_hint: str | Non
     lines = [
         f"poprun_py: instance {state.index} of {num_instances} failed ({where}){dur}: "
         f"{describe_end(state.exit_code, state.signal)}",
-        f"  cause: {exit_hint(state.exit_code, state.signal)}",
+        f"  cause: {exit_hint(state.exit_code, state.signal, state.oom_killed)}",
     ]
     tb = ((state.error or {}).get("traceback") or "").rstrip()
     if tb:

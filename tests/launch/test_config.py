@@ -46,7 +46,7 @@ def test_overrides_win_and_are_parsed_as_yaml():
     ("optim.momentumm=0.9", r"optim\.momentumm: unknown key; valid keys are name, momentum, weight_decay"),
     ("optimiser.momentum=0.9", r"unknown section 'optimiser'; sections are data, model, optim"),
     ("momentum=0.9", r"write section\.field=value"),
-    ("optim.momentum=fast", r"optim\.momentum='fast' is not a valid"),
+    ("optim.momentum=fast", r"optim\.momentum='fast' is not a number"),  # issue 11: in words
     ("optim.momentum=1.5", r"optim\.momentum=1\.5 must be in \[0\.0, 1\.0\)"),
     ("data.micro_batch=0", r"data\.micro_batch=0 must be >= 1"),
 ])
@@ -145,3 +145,14 @@ def test_an_unknown_preset_names_the_known_ones(tmp_path):
     path.write_text("mine: {preset: g16-b4-pod3}\n")
     with pytest.raises(ValueError, match="preset: unknown preset 'g16-b4-pod3': choose one of g16-b4-pod4"):
         load_config(f"{path}:mine")
+
+
+@pytest.mark.parametrize("override,words", [
+    ("data.micro_batch='abc'", r"data\.micro_batch='abc' is not an integer"),
+    ("optim.momentum=[1]", r"optim\.momentum=\[1\] is not a number"),
+    ("run.evaluate=3", r"run\.evaluate=3 is not true or false"),
+    ("data.crop_scale=5", r"data\.crop_scale=5 is not a list"),
+])
+def test_a_wrong_type_says_what_the_field_takes_in_words(override, words):
+    with pytest.raises(ValueError, match=words):
+        load_config("default", [override])
