@@ -82,6 +82,8 @@ class MBConv(nn.Module):
         if expanded != cin:
             layers.append(Conv2dNormActivation(cin, expanded, 1, norm=norm))
         groups = expanded if group_size == 1 else max(expanded // group_size, 1)
+        while expanded % groups:  # B6-G16's 56 channels: 2 groups, not 3 (docs/models.md)
+            groups -= 1
         layers.append(Conv2dNormActivation(expanded, expanded, kernel, stride, groups, norm))
         layers.append(SqueezeExcitation(expanded, max(1, cin // 4)))
         layers.append(Conv2dNormActivation(expanded, cout, 1, norm=norm, act=False))
