@@ -243,6 +243,30 @@ def test_full_resnet50_training_step_matches_torch_in_float64():
 
 
 @pytest.mark.torch
+def test_weights_saved_by_torch_load_into_our_resnet(tmp_path):
+    """torchvision's weights -> safetensors -> us (here a narrow ResNet-18 of the same layout)."""
+    torch = _torch()
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    from models import load_state_dict_file
+    from tests.models.torch_resnet_ref import ResNetRef
+
+    torch.manual_seed(0)
+    ref = ResNetRef("resnet18", num_classes=10, width=8).eval()
+    for m in ref.modules():  # non-trivial running statistics, as in a trained model
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    path = tmp_path / "resnet18.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
+    ours = build_model("resnet18", num_classes=10, width=8)
+    ours.load_state_dict(load_state_dict_file(path), strict=True)
+    x = np.random.default_rng(1).standard_normal((2, 40, 40, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = ref(torch.from_numpy(x).permute(0, 3, 1, 2)).numpy()
+    assert _rel(ours.forward(x, training=False), expected) < 1e-4
+
+
+@pytest.mark.torch
 def test_max_pool_matches_torch_including_ties():
     torch = _torch()
     from models.pool import MaxPool2d
