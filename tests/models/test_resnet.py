@@ -9,7 +9,7 @@ from models import build_model, param_count, resnet_config, softmax_cross_entrop
 from models.conv_norm import NormSpec
 from models.residual import ResidualBlock, ResidualSpec
 from models.resnet import residual_specs
-from tests.models.gradcheck import check_layer
+from tests.models.gradcheck import check_layer, check_model
 
 # torchvision's documented parameter counts (ResNet*_Weights.IMAGENET1K_V1.meta["num_params"])
 TORCHVISION_PARAMS = {"resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032,
@@ -96,19 +96,7 @@ def test_float64_tiny_resnet_gradients_by_finite_differences(name, extra):
         return softmax_cross_entropy(model.forward(x, True), labels, label_smoothing=0.1)
 
     _, dlogits = loss_at()
-    dx = model.backward(dlogits)
-    floor = 1e-2 * max(np.abs(p.grad).max() for p in model.params())
-    checks = [("x", x, dx.copy())] + [(p.name, p.data, p.grad.copy()) for p in rng.choice(model.params(), 14)]
-    for key, arr, grad in checks:
-        for i in rng.choice(arr.size, min(3, arr.size), replace=False):
-            flat, old = arr.reshape(-1), arr.reshape(-1)[i]
-            flat[i] = old + 1e-6
-            up = loss_at()[0]
-            flat[i] = old - 1e-6
-            down = loss_at()[0]
-            flat[i] = old
-            numeric = (up - down) / 2e-6
-            assert abs(grad.reshape(-1)[i] - numeric) <= 1e-5 * max(np.abs(grad).max(), floor), key
+    check_model(model, loss_at, x, model.backward(dlogits), samples=14)
 
 
 def test_split_block_ranges_and_pooled_gradients():
@@ -248,14 +236,12 @@ def test_weights_saved_by_torch_load_into_our_resnet(tmp_path):
     torch = _torch()
     safetensors_torch = pytest.importorskip("safetensors.torch")
     from models import load_state_dict_file
+    from tests.models.torch_efficientnet_ref import randomise_running_stats
     from tests.models.torch_resnet_ref import ResNetRef
 
     torch.manual_seed(0)
     ref = ResNetRef("resnet18", num_classes=10, width=8).eval()
-    for m in ref.modules():  # non-trivial running statistics, as in a trained model
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
+    randomise_running_stats(ref)
     path = tmp_path / "resnet18.safetensors"
     safetensors_torch.save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
     ours = build_model("resnet18", num_classes=10, width=8)
