@@ -32,8 +32,9 @@ class IpuPlan:
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
     schedule: str = "grouped"
     precision: str = "16.16"
+    half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
     recompute: bool = False
-    available_memory_proportion: float = 0.6  # Poplar's usual default (ref §7, unverified)
+    available_memory_proportion: float = 0.6  # poplibs' default (lib/poplin/ConvOptions.hpp)
     num_io_tiles: int = 0
     prefetch_depth: int = 3
     eight_bit_io: bool = True
