@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.layer import Rng, Sequential
-from models.mbconv import BlockSpec, MBConv, NormSpec, conv_norm
+from models.conv_norm import NormSpec, conv_norm
+from models.mbconv import BlockSpec, MBConv
 from models.dense import Dense
 from models.pool import Dropout, GlobalAvgPool
 
