@@ -14,7 +14,7 @@ exchange which has approximately the same cost each time", ``fixedOverheadExchan
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 SYNC_CYCLES = 90  # CTCLossPlan.cpp syncCycles
 EXCHANGE_FIXED_CYCLES = 100  # CTCLossPlan.cpp fixedOverheadExchangeCycles
@@ -37,10 +37,11 @@ class Cycles:
         return self.matrix + self.vector + self.exchange + self.sync
 
     def __add__(self, other: Cycles) -> Cycles:
-        return Cycles(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        return Cycles(self.matrix + other.matrix, self.vector + other.vector, self.exchange + other.exchange,
+                      self.sync + other.sync, self.compute_sets + other.compute_sets)
 
     def __mul__(self, k: float) -> Cycles:
-        return Cycles(*(getattr(self, f.name) * k for f in fields(self)))
+        return Cycles(self.matrix * k, self.vector * k, self.exchange * k, self.sync * k, int(self.compute_sets * k))
 
     def as_dict(self) -> dict[str, float]:
         return {c: getattr(self, c) for c in CATEGORIES}

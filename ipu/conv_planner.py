@@ -33,7 +33,6 @@ from models.profile import ConvShape
 MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
 TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
 INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
-SPLIT_FACTORS = (2, 3)  # candidate splits are products of these, plus the whole dimension
 
 
 @dataclass(frozen=True)
@@ -100,13 +99,17 @@ def conv_passes(shape: ConvShape, training: bool = True) -> list[ConvProblem]:
     return [fwd, bwd, wu]
 
 
-def _candidates(n: int) -> np.ndarray:
+@functools.lru_cache(maxsize=None)
+def _candidates(n: int, with_threes: bool = False) -> np.ndarray:
+    """Splits tried along a dimension of ``n`` grains: powers of two (and three times them when
+    ``with_threes``) below ``n``, and ``n`` itself (one grain per tile)."""
     values = {n}
-    for a in range(int(math.log2(max(n, 1))) + 1):
-        for b in range(int(math.log(max(n, 1), 3)) + 1):
-            v = 2**a * 3**b
-            if v <= n:
-                values.add(v)
+    k = 1
+    while k < n:
+        values.add(k)
+        if with_threes and 3 * k < n:
+            values.add(3 * k)
+        k *= 2
     return np.array(sorted(values))
 
 
@@ -123,10 +126,10 @@ def _vertices(p: ConvProblem, spec: IpuSpec, half: bool, half_partials: bool) ->
     units = spec.conv_units(half, half_partials)
     per_unit = 4 * spec.conv_load_elems(half)  # weights per conv unit: chain of 4 x load elements
     out = []
-    in_group = per_unit
-    while in_group > 1 and in_group // 2 >= p.in_chans:
+    in_group = per_unit  # fewer channels fill a unit with 2 or 4 kernel rows (nx1 vertex heights 1, 2, 4)
+    while in_group > per_unit // 4 and in_group // 2 >= p.in_chans:
         in_group //= 2
-    height = min(per_unit // in_group, max(p.kernel[0], 1))
+    height = per_unit // in_group
     out.append(_Vertex("AMP", in_group, units, 1, height))
     small = max(p.in_chans, p.out_chans)
     if p.groups > 1 and small < per_unit:
@@ -157,7 +160,7 @@ def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: 
     grain = v.group_combine if slic else 1  # SLIC: conv groups per vertex group
     n_groups = -(-groups // grain)
     in_grains, out_grains = -(-in_chans // v.in_group), -(-out_chans // v.out_group)
-    axes = [_candidates(n_groups), _candidates(p.rows), _candidates(p.cols),
+    axes = [_candidates(n_groups, True), _candidates(p.rows, True), _candidates(p.cols),
             _candidates(in_grains) if not slic else np.array([1]), _candidates(out_grains)]
     g_s, r_s, c_s, i_s, o_s = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
     keep = g_s * r_s * c_s * i_s * o_s <= tiles
@@ -195,7 +198,9 @@ def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: 
     exchange = np.ceil(in_bytes / (spec.exchange_bytes_per_cycle * bus)) + np.ceil(
         w_bytes / spec.exchange_bytes_per_cycle)
     reduce, reduce_x, reduce_bytes, stages, reduce_temp = _reduction(partials, i_s, workers, half)
-    copies, copy_x, copy_bytes, copy_sets = _transforms(p, spec, used, act_bytes)
+    # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
+    rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
+    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, used, act_bytes)
     temp = (inputs + weights) * act_bytes + partials * (2 if half_partials else 4) + reduce_temp
     cost = matrix + reduce + copies + exchange + reduce_x + copy_x
     fits = temp <= amp * spec.memory_per_tile
@@ -248,7 +253,7 @@ def _reduction(partials, depth, workers: int, half: bool):
     return reduce, exchange, nbytes, stages, temp
 
 
-def _transforms(p: ConvProblem, spec: IpuSpec, used, act_bytes: int):
+def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpec, used, act_bytes: int):
     """Layout changes before (input, weights) and after (output) the vertex, over the tiles used:
     an exchange and an on-tile copy of each rearranged operand (ConvModel.cpp addTransformCycleEstimate)."""
     if p.pass_name == "wu":
@@ -261,7 +266,7 @@ def _transforms(p: ConvProblem, spec: IpuSpec, used, act_bytes: int):
                    p.groups * p.rows * p.cols * p.out_chans)
     copies, exchange, nbytes = np.zeros(len(used)), np.zeros(len(used)), np.zeros(len(used))
     sets = 0
-    for needed, elems in zip(p.rearrange, volumes):
+    for needed, elems in zip(rearrange, volumes):
         if needed:
             per_tile = np.ceil(elems * act_bytes / used)
             copies += np.ceil(per_tile * TRANSFORM_FACTOR / min(MEMCPY_BYTES_PER_CYCLE, act_bytes))

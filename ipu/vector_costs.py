@@ -15,6 +15,7 @@ per stage of ``vertex_costs.reduce_stage_depths`` (popops' multi-stage reduce).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ipu import vertex_costs as V
@@ -59,6 +60,7 @@ def tiles_for(elems: int, tiles: int, half: bool) -> int:
     return int(max(1, min(tiles, -(-elems // per_tile_min))))
 
 
+@functools.lru_cache(maxsize=65536)
 def elementwise(op: VectorOp, tiles: int, workers: int) -> Cycles:
     """One element-wise compute set: no exchange (operands share the tensor's tile mapping)."""
     if op.elems <= 0:
@@ -70,6 +72,7 @@ def elementwise(op: VectorOp, tiles: int, workers: int) -> Cycles:
     return compute_set(vector=SUPERVISOR_OVERHEAD + workers * (WORKER_PROLOGUE + cycles))
 
 
+@functools.lru_cache(maxsize=65536)
 def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, workers: int, half: bool) -> Cycles:
     """Sum ``elems`` inputs into ``outputs`` results; each tile's share touches ``outputs_per_tile``.
 

@@ -7,13 +7,15 @@ thousands of partitions at once), a cycle estimator from Graphcore's poplibs
 from. Cycles are tile cycles. A worker context issues one instruction every ``workers`` cycles,
 so a vertex costs ``workers x`` its slowest worker's cycles plus the supervisor's own cycles.
 
-Simplifications (labelled as such in ``docs/ipu.md``): worklists are taken as the contiguous
-split of the tile's output field over the workers, each worker's share cut at row boundaries,
-with the row pieces of equal length; the AMP and SLIC paths are the half-input ones (float
-inputs use the same structure with the float core-loop cycles).
+Simplifications (labelled as such in ``docs/ipu.md``): a worker's row pieces are costed at
+their average length (exact while every piece has 3 or more elements, where the cost is
+linear); the 1x1 vertex uses the half-input code path of 16 units with half partials (= 8 units
+with float partials); SLIC is the half-input vertex with one channel per conv group.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -61,11 +63,17 @@ def worker_share(elems, workers: int):
     return -(-np.asarray(elems) // workers)
 
 
-def worklist_entries(share, row):
-    """Row pieces in a worker's share of ``share`` elements of a field with rows of ``row``."""
-    share = np.asarray(share)
-    pieces = -(-share // np.maximum(row, 1)) + (share % np.maximum(row, 1) != 0)
-    return np.where(share > 0, np.minimum(np.maximum(pieces, 1), share), 0)
+def worker_rows(field, row, workers: int):
+    """Each worker's (elements, worklist entries) under poplibs' split (partitionConvPartialByWorker):
+    worker w takes the flattened field's elements [w E / workers, (w + 1) E / workers), one
+    worklist entry per row it touches."""
+    field, row = np.asarray(field), np.maximum(np.asarray(row), 1)
+    out = []
+    for w in range(workers):
+        begin, end = w * field // workers, (w + 1) * field // workers
+        entries = np.where(end > begin, (np.maximum(end, 1) - 1) // row - begin // row + 1, 0)
+        out.append((end - begin, entries))
+    return out
 
 
 def _entry_cycles(n, half: bool, hh16: bool):
@@ -77,9 +85,8 @@ def _entry_cycles(n, half: bool, hh16: bool):
     return np.select([n <= 0, n == 1, n == 2], [short[0], short[1], two], long_base + core * (n - 3))
 
 
-def _nx1_worker(share, row, half: bool, half_partials: bool, hh16: bool):
-    entries = worklist_entries(share, row)
-    per_entry = np.round(np.where(entries > 0, share / np.maximum(entries, 1), 0))
+def _nx1_worker(elems, entries, half: bool, half_partials: bool, hh16: bool):
+    per_entry = np.round(np.where(entries > 0, elems / np.maximum(entries, 1), 0))
     entry = NX1_ENTRY_POINTERS + _entry_cycles(per_entry, half, hh16) - NX1_RETENTION_SAVING
     return NX1_WORKER_START + (1 if half_partials else 0) + entries * entry
 
@@ -102,8 +109,8 @@ def amp_nx1_cycles(groups, in_groups, out_groups, out_passes, kernel_h, kernel_w
     kernel rows (channels fewer than a conv unit's weights fill it with kernel rows).
     """
     hh16 = half and half_partials and conv_units == 16
-    busiest = _nx1_worker(worker_share(field, workers), row, half, half_partials, hh16)
-    idlest = _nx1_worker(np.asarray(field) // workers, row, half, half_partials, hh16)
+    per_worker = [_nx1_worker(e, n, half, half_partials, hh16) for e, n in worker_rows(field, row, workers)]
+    busiest, idlest = np.maximum.reduce(per_worker), np.minimum.reduce(per_worker)
     kernel_loop = np.maximum(workers * busiest, workers * idlest + NX1_MIN_WORKER_SLACK)
     kernel_loop = kernel_loop * out_passes * kernel_h * kernel_w
     height_load = NX1_FILTER_HEIGHT_LOAD.get(filter_height, 20 * filter_height)
@@ -156,11 +163,8 @@ def slic_cycles(group_groups, sub_kernels, field, row, stride, workers: int, cha
     ``sub_kernels`` 1x4 windows covering the kernel (ceil(kw / 4) x kh)."""
     passes = 1 if chains == 4 else 2
     half8 = chains == 2 and half_partials
-    share = worker_share(field, workers)
-    entries = worklist_entries(share, row)
-    n = np.round(np.where(entries > 0, share / np.maximum(entries, 1), 0))
 
-    def row_cycles(zeroing: bool):
+    def row_cycles(n, zeroing: bool):
         if stride == 1:
             long = 15 + (n - 5) + (3 if half8 and not zeroing else 0)
             short = 10 + np.where(n > 1, n, 0) + 3 if zeroing else 7 + np.where(n == 1, 6, 10 + n)
@@ -171,9 +175,16 @@ def slic_cycles(group_groups, sub_kernels, field, row, stride, workers: int, cha
         entry = (9 if half8 else 10) + (1 if zeroing else 0) + (0 if half_partials else 3)
         return entry + cycles * passes
 
+    def busiest(zeroing: bool):
+        per_worker = []
+        for elems, entries in worker_rows(field, row, workers):
+            n = np.round(np.where(entries > 0, elems / np.maximum(entries, 1), 0))
+            per_worker.append(entries * row_cycles(n, zeroing))
+        return np.maximum.reduce(per_worker)
+
     preamble = SLIC_WORKER_PREAMBLE + (1 if half8 else 0) + (4 if groups_per_group > 4 else 0)
-    zero_pass = workers * (preamble + entries * row_cycles(True)) + (2 + 2 * np.asarray(field) if half8 else 0)
-    later_pass = workers * (preamble + entries * row_cycles(False))
+    zero_pass = workers * (preamble + busiest(True)) + (2 + 2 * np.asarray(field) if half8 else 0)
+    later_pass = workers * (preamble + busiest(False))
     per_worker_load = SLIC_WEIGHT_LOAD_PER_WORKER if groups_per_group > 4 else SLIC_WEIGHT_LOAD_PER_WORKER - 1
     weight_load = 9 + 6 + per_worker_load * workers + 6 + 16
     if groups_per_group > 4:
@@ -190,14 +201,15 @@ def slic_cycles(group_groups, sub_kernels, field, row, stride, workers: int, cha
             + group_groups * zero_pass + group_groups * (sub_kernels - 1) * later_pass)
 
 
-def reduce_stage_depths(depth: int) -> list[int]:
+@functools.lru_cache(maxsize=None)
+def reduce_stage_depths(depth: int) -> tuple[int, ...]:
     """Partials each stage of a cross-tile reduction of ``depth`` partials sums (ConvReducePlan.cpp).
 
     One stage below 16 partials, two below 125, three from there on (enableMultiStageReduce is
     on by default, ConvOptions.hpp); the intermediate depths minimise the messages per tile.
     """
     if depth <= 1:
-        return []
+        return ()
     stages = 1 if depth < 16 else 2 if depth < 125 else 3
     intermediate = _intermediate_depths(depth, stages)[0]
     out, remaining = [], depth
@@ -207,7 +219,7 @@ def reduce_stage_depths(depth: int) -> list[int]:
         remaining = -(-remaining // this)
     if remaining > 1:
         out.append(remaining)
-    return out
+    return tuple(out)
 
 
 def _intermediate_depths(depth: int, stages: int) -> tuple[list[int], float]:
