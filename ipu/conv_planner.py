@@ -33,6 +33,7 @@ from models.profile import ConvShape
 MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
 TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
 INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
+SERIAL_SET_CYCLES = 190  # a compute set's sync and fixed exchange (ipu.bsp), charged per serial iteration
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class ConvPlan:
 
     problem: ConvProblem
     method: str
-    splits: dict[str, int]  # groups, rows, cols, in, out
+    splits: dict[str, int]  # groups, rows, cols, in, out (parallel), serial (output-channel iterations)
     tiles_used: int
     matrix_cycles: float  # the conv vertex
     vector_cycles: float  # reductions, layout copies, casts
@@ -80,7 +81,8 @@ class ConvPlan:
 
     def describe(self) -> str:
         s = self.splits
-        return (f"{self.method} g{s['groups']}/f{s['rows']}x{s['cols']}/i{s['in']}/o{s['out']} "
+        serial = f" x{s['serial']} serial" if s.get("serial", 1) > 1 else ""
+        return (f"{self.method} g{s['groups']}/f{s['rows']}x{s['cols']}/i{s['in']}/o{s['out']}{serial} "
                 f"on {self.tiles_used} tiles")
 
 
@@ -154,25 +156,63 @@ def plan_conv(problem: ConvProblem, spec: IpuSpec, tiles: int, amp: float, half:
 
 def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: float, half: bool,
                     half_partials: bool) -> ConvPlan:
+    """The cheapest partition with this vertex. Serial splits of the output channels (the tile
+    runs its share in ``serial`` iterations, holding 1/serial of the weights and partials at a
+    time, one compute set each) are tried only when the cheapest parallel plan does not fit."""
+    budget = amp * spec.memory_per_tile
+    grid = _grid(p, v, tiles)
+    scored = [_score(p, v, spec, grid, half, half_partials, 1)]
+    cheapest = int(np.argmin(scored[0]["cost"]))
+    if scored[0]["temp"][cheapest] > budget:
+        scored += [_score(p, v, spec, grid, half, half_partials, k) for k in SERIAL_SPLITS]
+    best_cost, best = np.inf, None
+    for sc in scored:
+        cost = np.where(sc["temp"] <= budget, sc["cost"], np.inf)
+        i = int(np.argmin(cost))
+        if cost[i] < best_cost:
+            best_cost, best = cost[i], (sc, i)
+    if best is None:  # nothing fits: the least memory
+        sc = min(scored, key=lambda sc: sc["temp"].min())
+        best = (sc, int(np.argmin(sc["temp"])))
+    sc, i = best
+    splits = {k: int(grid[k][i]) for k in ("groups", "rows", "cols", "in", "out")} | {"serial": sc["serial"]}
+    return ConvPlan(p, v.method, splits, int(grid["used"][i]), float(sc["matrix"][i]), float(sc["vector"][i]),
+                    float(sc["exchange"][i]), float(sc["bytes"][i]), int(sc["sets"][i]), float(sc["temp"][i]))
+
+
+SERIAL_SPLITS = (2, 4, 8, 16)
+
+
+def _grid(p: ConvProblem, v: _Vertex, tiles: int) -> dict[str, np.ndarray]:
     slic = v.method == "SLIC"
-    groups = -(-p.groups // v.group_combine)
-    in_chans, out_chans = p.in_chans * v.group_combine, p.out_chans * v.group_combine
     grain = v.group_combine if slic else 1  # SLIC: conv groups per vertex group
-    n_groups = -(-groups // grain)
-    in_grains, out_grains = -(-in_chans // v.in_group), -(-out_chans // v.out_group)
+    n_groups = -(-(-(-p.groups // v.group_combine)) // grain)
+    in_grains = -(-p.in_chans * v.group_combine // v.in_group)
+    out_grains = -(-p.out_chans * v.group_combine // v.out_group)
     axes = [_candidates(n_groups, True), _candidates(p.rows, True), _candidates(p.cols),
             _candidates(in_grains) if not slic else np.array([1]), _candidates(out_grains)]
     g_s, r_s, c_s, i_s, o_s = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
     keep = g_s * r_s * c_s * i_s * o_s <= tiles
-    g_s, r_s, c_s, i_s, o_s = g_s[keep], r_s[keep], c_s[keep], i_s[keep], o_s[keep]
-    used = g_s * r_s * c_s * i_s * o_s
-    g_t = -(-n_groups // g_s)
-    rows_t, cols_t = -(-p.rows // r_s), -(-p.cols // c_s)
-    ig_t, og_t = -(-in_grains // i_s), -(-out_grains // o_s)
+    grid = {"groups": g_s[keep], "rows": r_s[keep], "cols": c_s[keep], "in": i_s[keep], "out": o_s[keep]}
+    grid["used"] = grid["groups"] * grid["rows"] * grid["cols"] * grid["in"] * grid["out"]
+    grid.update(g_t=-(-n_groups // grid["groups"]), rows_t=-(-p.rows // grid["rows"]),
+                cols_t=-(-p.cols // grid["cols"]), ig_t=-(-in_grains // grid["in"]),
+                og_t=-(-out_grains // grid["out"]))
+    return grid
+
+
+def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, half_partials: bool,
+           serial: int) -> dict:
+    """Cycles, bytes and temporary memory of every partition in ``grid`` (arrays)."""
+    slic = v.method == "SLIC"
+    in_chans, out_chans = p.in_chans * v.group_combine, p.out_chans * v.group_combine
+    g_t, rows_t, cols_t, ig_t = grid["g_t"], grid["rows_t"], grid["cols_t"], grid["ig_t"]
+    og_iter = -(-grid["og_t"] // serial)  # output groups per serial iteration
     field = rows_t * cols_t
     workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
     kh, kw = p.kernel
     if slic:
+        grain = v.group_combine
         matrix = V.slic_cycles(g_t, -(-kw // V.SLIC_WINDOW) * kh, field, cols_t, p.stride, workers,
                                4 if units == 16 else 2, grain, half_partials)
         channels_in = channels_out = g_t * grain
@@ -180,48 +220,53 @@ def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: 
     else:
         passes = max(v.out_group // units, 1)
         if kh == kw == 1 and p.stride == 1:
-            matrix = V.amp_1x1_cycles(g_t, ig_t, og_t, passes, field, workers, units, half, half_partials,
+            matrix = V.amp_1x1_cycles(g_t, ig_t, og_iter, passes, field, workers, units, half, half_partials,
                                       spec.coeff_load_bytes_per_cycle)
         else:
-            matrix = V.amp_nx1_cycles(g_t, ig_t, og_t, passes, -(-kh // v.filter_height), kw, field, cols_t,
+            matrix = V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw, field, cols_t,
                                       workers, units, half, half_partials, spec.coeff_load_bytes_per_cycle,
                                       v.filter_height)
         channels_in = g_t * np.minimum(ig_t * v.in_group, in_chans)
-        channels_out = g_t * np.minimum(og_t * v.out_group, out_chans)
-        weights = channels_in * np.minimum(og_t * v.out_group, out_chans) * kh * kw
+        channels_out = g_t * np.minimum(og_iter * v.out_group, out_chans)
+        weights = channels_in * np.minimum(og_iter * v.out_group, out_chans) * kh * kw
     act_bytes = 2 if half else 4
     inputs = channels_in * _input_area(p, rows_t, cols_t)
     partials = field * channels_out
+    o_s, i_s = grid["out"], grid["in"]
     bus = np.where(o_s % spec.tiles_per_exchange_bus == 0, spec.tiles_per_exchange_bus, 1)
     in_bytes = (inputs - inputs // o_s) * act_bytes  # 1 / o_s of the inputs is already on the tile
-    w_bytes = (weights - weights // (r_s * c_s)) * act_bytes
+    w_bytes = (weights - weights // (grid["rows"] * grid["cols"])) * act_bytes * serial
     exchange = np.ceil(in_bytes / (spec.exchange_bytes_per_cycle * bus)) + np.ceil(
         w_bytes / spec.exchange_bytes_per_cycle)
     reduce, reduce_x, reduce_bytes, stages, reduce_temp = _reduction(partials, i_s, workers, half)
     # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
     rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
-    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, used, act_bytes)
-    temp = (inputs + weights) * act_bytes + partials * (2 if half_partials else 4) + reduce_temp
-    cost = matrix + reduce + copies + exchange + reduce_x + copy_x
-    fits = temp <= amp * spec.memory_per_tile
-    best = int(np.argmin(np.where(fits, cost, np.inf))) if fits.any() else int(np.argmin(temp))
-    splits = {"groups": int(g_s[best]), "rows": int(r_s[best]), "cols": int(c_s[best]), "in": int(i_s[best]),
-              "out": int(o_s[best])}
-    return ConvPlan(
-        p, v.method, splits, int(used[best]), float(matrix[best]), float(reduce[best] + copies[best]),
-        float(exchange[best] + reduce_x[best] + copy_x[best]),
-        float(in_bytes[best] + w_bytes[best] + reduce_bytes[best] + copy_bytes[best]),
-        1 + int(stages[best]) + copy_sets, float(temp[best]))
+    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes)
+    sets = serial * (1 + stages) + copy_sets
+    per_set = SERIAL_SET_CYCLES * (serial - 1) * (1 + stages)  # the extra iterations' syncs and exchanges
+    return {
+        "serial": serial,
+        "matrix": matrix * serial,
+        "vector": (reduce * serial + copies),
+        "exchange": exchange + reduce_x * serial + copy_x,
+        "bytes": in_bytes + w_bytes + reduce_bytes * serial + copy_bytes,
+        "sets": sets,
+        "temp": (inputs + weights) * act_bytes + partials * (2 if half_partials else 4) + reduce_temp,
+        "cost": matrix * serial + reduce * serial + copies + exchange + reduce_x * serial + copy_x + per_set,
+    }
 
 
 def _input_area(p: ConvProblem, rows_t, cols_t):
     """Input elements per input channel a tile needs for its rows and columns (with the halo)."""
     if p.pass_name == "wu":  # per reduction element: the tile's weight rows x the pixels behind it
         return rows_t * p.input_per_output
+    kh, kw = p.kernel
+    step_h, step_w = min(p.stride, kh), min(p.stride, kw)  # a stride above the kernel skips pixels
     images = -(-rows_t // p.image_rows)
-    partial_rows = np.minimum((rows_t - 1) * p.stride + p.kernel[0], p.input_rows)
-    in_rows = np.where(rows_t >= p.image_rows, images * p.input_rows, partial_rows)
-    in_cols = np.minimum((cols_t - 1) * p.stride + p.kernel[1], p.input_cols)
+    image_rows = min((p.image_rows - 1) * step_h + kh, p.input_rows)
+    partial_rows = np.minimum((rows_t - 1) * step_h + kh, image_rows)
+    in_rows = np.where(rows_t >= p.image_rows, images * image_rows, partial_rows)
+    in_cols = np.minimum((cols_t - 1) * step_w + kw, p.input_cols)
     return in_rows * in_cols
 
 

@@ -4,11 +4,12 @@ Convolutions and matrix products are planned (``ipu.conv_planner``): forward, in
 and weight gradient, each a few compute sets. Everything else is vector work, costed op by op
 after the sequence of popops/popnn calls poplibs makes for it (``ipu.vector_costs``):
 
-* group/batch norm forward (poplin ``normStatistics`` with the stable algorithm, then
-  ``normWhiten`` and ``normalise``): mean and power reductions into float partials, the
-  mean subtraction, whitening (2 passes) and the affine transform (2 passes);
+* group/batch norm forward (poplin ``normStatistics``, then ``normWhiten`` and
+  ``normalise``): with the stable algorithm a mean reduction, the mean subtraction and a power
+  reduction, otherwise one ``reduceMany`` of both (float partials either way); whitening
+  (2 passes) and the affine transform (2 passes);
 * norm backward (``normParamGradients``, ``normGradients``, ``normStatisticsGradients``):
-  4 reductions and 8 element-wise passes;
+  two ``reduceMany`` of two sums each and 8 element-wise passes;
 * swish / ReLU and their gradients (popnn non-linearities), squeeze-excite (a spatial mean,
   two small planned matrix products, the gate and its broadcast), residual adds (with the
   drop-connect scaling when the model has it), pooling, dropout and the loss.
@@ -43,11 +44,12 @@ class Workload:
     norm: str = "group"
     norm_groups: int = 4
     drop_connect: bool = True
+    stable_norm: bool = True  # two-pass statistics (the EfficientNet recipe forces stable_norm on)
 
 
 def workload_for(model: str) -> Workload:
-    if model.startswith("resnet"):
-        return Workload("relu", "group" if "gn" in model else "batch", 32, False)
+    if model.startswith("resnet"):  # the MLPerf ResNet configs do not set stable_norm
+        return Workload("relu", "group" if "gn" in model else "batch", 32, False, False)
     return Workload()
 
 
@@ -130,13 +132,18 @@ def _norm(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     w = ctx.workload
     outputs, per_tile = (n * w.norm_groups, w.norm_groups) if w.norm == "group" else (c, c)
 
-    def stats() -> Cycles:  # float partials: the statistics are accumulated in FP32
-        return VC.reduction(e, outputs, per_tile, ctx.tiles, ctx.workers, ctx.half)
+    def reduce_many(outs: int, touched: int) -> Cycles:  # two sums over the same data, one set of stages
+        return VC.reduction(2 * e, 2 * outs, 2 * touched, ctx.tiles, ctx.workers, ctx.half)
 
     passes = [VectorOp("binary", e, ctx.half)]
-    fwd = stats() + stats() + VC.scalar_ops(1, ctx.workers) + VC.run(passes * NORM_FWD_PASSES, ctx.tiles, ctx.workers)
-    param_grads = VC.reduction(e, c, c, ctx.tiles, ctx.workers, ctx.half) * 2
-    bwd = (param_grads + stats() + stats() + VC.scalar_ops(2, ctx.workers)
+    if w.stable_norm:  # mean, subtract it, then the power of the centred values (float partials)
+        stats = VC.reduction(e, outputs, per_tile, ctx.tiles, ctx.workers, ctx.half) * 2
+        fwd_passes = NORM_FWD_PASSES
+    else:  # mean and power in one reduceMany
+        stats = reduce_many(outputs, per_tile)
+        fwd_passes = NORM_FWD_PASSES - 1
+    fwd = stats + VC.scalar_ops(1, ctx.workers) + VC.run(passes * fwd_passes, ctx.tiles, ctx.workers)
+    bwd = (reduce_many(c, c) + reduce_many(outputs, per_tile) + VC.scalar_ops(2, ctx.workers)
            + VC.run(passes * NORM_BWD_PASSES, ctx.tiles, ctx.workers))
     return LayerCost(layer, fwd, bwd)
 
