@@ -19,7 +19,7 @@ from ipu.cost import Prediction, predict
 from ipu.memory import MemoryPlan, fit, out_of_memory_message
 from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.pipeline import replica_schedule
-from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
+from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
 from ipu.specs import CHIPS
 from ipu.timeline import format_timeline, plot_timeline
 
@@ -123,7 +123,7 @@ def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None) -> di
         "memory": {"fits": memory.fits, "peak_tile_bytes": [m.peak_tile_bytes for m in memory.ipus],
                    "memory_per_tile": plan.pod.chip.memory_per_tile},
     }
-    published = PUBLISHED_HOURS_TO_TRAIN.get(name)
+    published = PUBLISHED_HOURS_TO_TRAIN.get(name) if plan.chip == PUBLISHED_CHIP else None
     if published:
         out["published_hours"] = published
         out["published_over_predicted"] = published / (p.time_to_train_s() / 3600)
@@ -145,7 +145,7 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
     lines += _oom_lines(memory, plan)
     lines.append("-- predicted cost on a real POD" + ("" if memory.fits else " (hypothetical: the program does not fit)"))
     lines.append(format_prediction(prediction, epochs))
-    published = PUBLISHED_HOURS_TO_TRAIN.get(name)
+    published = PUBLISHED_HOURS_TO_TRAIN.get(name) if plan.chip == PUBLISHED_CHIP else None
     if published:
         hours = prediction.time_to_train_s() / 3600
         lines.append(f"published: {published} h to train -> published/predicted = {published / hours:.2f}")
