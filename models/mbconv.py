@@ -29,7 +29,7 @@ class BlockSpec:
     expanded: int
     kernel: int
     stride: int
-    groups: int        # of the k x k conv: expanded for depthwise, expanded // 16 for G16
+    groups: int        # of the k x k conv: expanded for depthwise, efficientnet.group_count for G16
     squeeze: int
     drop_prob: float
 

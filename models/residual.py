@@ -7,9 +7,9 @@ input itself, or ``downsample.0`` (1x1 conv with the stride) + ``downsample.1`` 
 stride or the width changes. The ReLUs after ``bn1``/``bn2`` are fused into the norms.
 
 Keeps: the block output (the ReLU's backward reads its sign). That array is also the next
-layer's input, which that layer keeps and counts in its profile, so the block's ReLU row
-reports no saved elements of its own (the last block's output, read only by the head's pool,
-is the one array this leaves uncounted). Where the downsample conv keeps the very array that
+layer's input, which that layer keeps (a 3x3 conv: expands into columns it keeps) and counts in
+its profile, so the block's ReLU row reports no saved elements of its own (the last block's
+output, read only by the head's pool, is the one array this leaves uncounted). Where the downsample conv keeps the very array that
 ``conv1`` keeps (a stride-1 1x1 shortcut), its row reports none either.
 """
 

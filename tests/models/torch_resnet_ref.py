@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from tests.models.torch_efficientnet_ref import norm_factory
+
 LAYOUTS = {  # name: (blocks per stage, bottleneck)
     "resnet18": ((2, 2, 2, 2), False), "resnet34": ((3, 4, 6, 3), False), "resnet50": ((3, 4, 6, 3), True),
     "resnet101": ((3, 4, 23, 3), True), "resnet152": ((3, 8, 36, 3), True),
@@ -21,13 +23,7 @@ def batch_norm(c):
 
 
 def group_norm(groups=32, eps=1e-5):
-    def make(c):
-        g = min(c, groups)
-        while c % g:
-            g -= 1
-        return nn.GroupNorm(g, c, eps=eps)
-
-    return make
+    return norm_factory("group", eps=eps, groups=groups)
 
 
 class BasicBlock(nn.Module):
