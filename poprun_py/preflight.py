@@ -166,7 +166,7 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
 
 def _names_host(line: str, host: str) -> bool:
     """An ssh error about ``host`` ("ssh: connect to host b port 22: ...", "ssh: Could not resolve hostname b")."""
-    return "ssh" in line.lower() and re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", line) is not None
+    return "ssh" in line.lower() and re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)", line) is not None
 
 
 def format_problems(problems: list[str], num_hosts: int) -> str:
