@@ -57,7 +57,7 @@ class Prediction:
 
     plan: IpuPlan
     breakdown: dict[str, float]
-    stage_seconds: tuple[float, ...]  # one micro-batch's FWD+RECOMP+BWD on each stage
+    stage_seconds: tuple[float, ...]  # one micro-batch's FWD+RECOMP+BWD on each IPU (its stages)
     stage_costs: tuple[dict[str, float], ...]  # per stage: seconds of "FWD", "RECOMP", "BWD"
     host_io_total_s: float  # all host IO of the update, hidden or not
     io_overlapped: bool
@@ -87,11 +87,14 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     """The predicted cost of ``plan``; ``profile`` is the model's profile at ``plan.micro_batch``."""
     pod = plan.pod
     spec = pod.chip
-    split = split_stages(profile, plan.ipus_per_replica, plan.pipeline_splits)
+    split = split_stages(profile, plan.num_stages, plan.pipeline_splits)
     stage_costs, compute, exchange = _stage_costs(plan, spec, profile, split)
-    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute)
+    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
+                                plan.device_mapping)
     pipeline_s = sum(slot_durations(schedule, stage_costs, sync_s=IPU_SYNC_S if split.num_stages > 1 else 0.0))
-    per_mb = [sum(c.values()) for c in stage_costs]
+    # stages sharing an IPU add up on it
+    compute, exchange = _per_ipu(schedule, compute), _per_ipu(schedule, exchange)
+    per_mb = _per_ipu(schedule, [sum(c.values()) for c in stage_costs])
     worst = max(range(len(per_mb)), key=per_mb.__getitem__)
     n = plan.gradient_accumulation
     io_total = _host_io_s(plan, pod)
@@ -108,6 +111,14 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage)
                  if recomputes(s, split.num_stages, plan.recompute)) / plan.micro_batch
     return Prediction(plan, breakdown, tuple(per_mb), tuple(stage_costs), io_total, overlapped, flops)
+
+
+def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
+    """Stage values summed per IPU of ``schedule.device_mapping`` (unchanged with one stage per IPU)."""
+    out = [0.0] * schedule.num_ipus
+    for s, value in enumerate(per_stage):
+        out[schedule.ipu_of(s)] += value
+    return out
 
 
 def layer_seconds(
@@ -152,7 +163,7 @@ def _stage_costs(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfile], 
 def _host_io_s(plan: IpuPlan, pod: PodSpec) -> float:
     """Streaming one update's micro-batches to every replica over the slower of host link and NICs."""
     pixel_bytes = 1 if plan.eight_bit_io else get_precision(plan.precision).activation_bytes
-    per_replica = plan.gradient_accumulation * plan.micro_batch * plan.image_size**2 * 3 * pixel_bytes
+    per_replica = plan.gradient_accumulation * plan.image_elems * pixel_bytes
     link = pod.chip.host_link_bytes_per_s
     nics = pod.host_bytes_per_s(plan.num_hosts) / plan.replicas
     return per_replica / (min(link, nics) * HOST_LINK_EFFICIENCY)
@@ -164,9 +175,7 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     if r == 1:
         return 0.0
     grad_bytes = get_precision(plan.precision).accumulator_bytes
-    stage_bytes = [
-        sum(layer.params for layer in split.layers(profile, s)) * grad_bytes for s in range(split.num_stages)
-    ]
+    stage_bytes = [count * grad_bytes for count in _ipu_params(plan, profile, split)]
     spec = pod.chip
     ring_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * ALLREDUCE_RING_LINKS * LINK_EFFICIENCY
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))
@@ -183,8 +192,16 @@ def _weight_update_s(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfil
     half = get_precision(plan.precision).half_compute
     per_cycle = spec.vector_fp16_flops_per_cycle if half else spec.vector_fp32_flops_per_cycle
     rate = (spec.tiles - plan.num_io_tiles) * per_cycle * spec.clock_hz * VECTOR_EFFICIENCY
-    most = max(sum(layer.params for layer in split.layers(profile, s)) for s in range(split.num_stages))
-    return most * OPTIMIZER_FLOPS_PER_PARAM / rate
+    return max(_ipu_params(plan, profile, split)) * OPTIMIZER_FLOPS_PER_PARAM / rate
+
+
+def _ipu_params(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[int]:
+    """Parameters held by each IPU of a replica (the stages ``plan.device_mapping`` puts on it)."""
+    mapping = plan.device_mapping or tuple(range(split.num_stages))
+    out = [0] * (1 + max(mapping))
+    for s in range(split.num_stages):
+        out[mapping[s]] += sum(layer.params for layer in split.layers(profile, s))
+    return out
 
 
 def format_throughput(cpu_images_per_s: float, prediction: Prediction) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from ipu.pipeline import check_gradient_accumulation
 from ipu.precision import get_precision
-from ipu.schedule import SCHEDULES
+from ipu.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
@@ -24,12 +24,14 @@ class IpuPlan:
     model: str = "efficientnet-b4-gn"
     model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
     image_size: int = 380
+    image_channels: int = 3
     num_classes: int = 1000
     micro_batch: int = 3
     gradient_accumulation: int = 1
     replicas: int = 1
     ipus_per_replica: int = 1
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
+    device_mapping: tuple[int, ...] = ()  # IPU of each pipeline stage; () = one stage per IPU
     schedule: str = "grouped"
     precision: str = "16.16"
     recompute: bool = False
@@ -61,12 +63,19 @@ class IpuPlan:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
         _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
+        if self.device_mapping:
+            check_device_mapping(self.device_mapping, len(self.device_mapping), self.schedule)
+            if max(self.device_mapping) >= self.ipus_per_replica:
+                raise ValueError(
+                    f"device_mapping {list(self.device_mapping)} uses IPU {max(self.device_mapping)} but a replica "
+                    f"has {self.ipus_per_replica} IPUs (0..{self.ipus_per_replica - 1}): raise ipus_per_replica"
+                )
+        if self.pipeline_splits and len(self.pipeline_splits) != self.num_stages - 1:
             raise ValueError(
                 f"{len(self.pipeline_splits)} pipeline splits make {len(self.pipeline_splits) + 1} stages but "
-                f"ipus_per_replica is {self.ipus_per_replica}: give ipus_per_replica - 1 splits"
+                f"the replica has {self.num_stages}: give one split fewer than stages"
             )
-        check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
+        check_gradient_accumulation(self.gradient_accumulation, self.num_stages)
         pod = self.pod
         if self.total_ipus > pod.num_ipus:
             raise ValueError(
@@ -78,6 +87,16 @@ class IpuPlan:
     @property
     def pod(self) -> PodSpec:
         return get_pod(self.system, self.chip)
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages: one per ``device_mapping`` entry, else one per IPU."""
+        return len(self.device_mapping) if self.device_mapping else self.ipus_per_replica
+
+    @property
+    def image_elems(self) -> int:
+        """Elements of one micro-batch of input images."""
+        return self.micro_batch * self.image_size**2 * self.image_channels
 
     @property
     def total_ipus(self) -> int:
