@@ -116,6 +116,13 @@ class IpuPlan:
         return dict(self.model_overrides)
 
 
+def optimizer_state(name: str, momentum: float = 0.0) -> str:
+    """The optimizer-state model (``OPTIMIZER_STATE_SLOTS`` key) of a ``models.optim`` rule name."""
+    if name in ("sgd", "nesterov"):
+        return "momentum" if momentum > 0 else "sgd"
+    return {"adamw": "adam"}.get(name, name)
+
+
 def _check_power_of_two(name: str, value: int) -> None:
     if value & (value - 1):
         raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
