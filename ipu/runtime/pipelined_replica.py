@@ -25,7 +25,6 @@ replica draws the same masks as the single-IPU replica and equals it with stocha
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -117,7 +116,7 @@ class PipelinedReplica:
         x = state.act_fifo[s].popleft()
         state.stash[s][m] = x
         if state.rngs is not None:  # this forward continues micro-batch m's stream; remember where
-            state.rng_at[(s, m)] = copy.deepcopy(state.rngs[m])
+            state.rng_at[(s, m)] = state.rngs[m].bit_generator.state
             self.model.set_rng(state.rngs[m])
         y = self.model.forward_blocks(x, *self.bounds[s], training=True).copy()
         state.cached = (s, m)
@@ -130,8 +129,9 @@ class PipelinedReplica:
 
     def _recompute(self, op: Op, state: _RunState) -> None:
         s, m = op.stage, op.micro_batch
-        if state.rngs is not None:  # replay the forward's draws
-            self.model.set_rng(copy.deepcopy(state.rng_at[(s, m)]))
+        if state.rngs is not None:  # replay the forward's draws from the state they started at
+            state.replay.bit_generator.state = state.rng_at[(s, m)]
+            self.model.set_rng(state.replay)
         self.model.forward_blocks(state.stash[s][m], *self.bounds[s], training=True)
         state.cached = (s, m)
         state.trace[s].append(f"RECOMP.{m + 1}")
@@ -167,7 +167,8 @@ class _RunState:
         self.seconds: list[dict[str, float]] = [{} for _ in range(num_stages)]
         self.cached: tuple[int, int] | None = None
         self.rngs = rngs
-        self.rng_at: dict[tuple[int, int], np.random.Generator] = {}  # (stage, m) -> generator before its forward
+        self.rng_at: dict[tuple[int, int], dict] = {}  # (stage, m) -> its generator's state before its forward
+        self.replay = np.random.Generator(type(rngs[0].bit_generator)(0)) if rngs else None
 
     def add_grads(self, params: list) -> None:
         for p in params:
