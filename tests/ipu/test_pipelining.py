@@ -217,3 +217,22 @@ def test_stages_are_chains():
     with pytest.raises(TypeError, match="models layers only"):
         pipeline([stage1, [head]], gradient_accumulation_count=4, infeed_queue=feeds()[0], optimizer_function=sgd)
     assert layer  # exported for user-built layers (used above through a layer sequence)
+
+
+def test_feeds_one_program_per_infeed_and_records_per_update():
+    infeed, outfeed = feeds()
+    program = repeat(3, head_on_images, infeed, outfeed, sgd)
+    assert [r.step for r in program.run()] == [0, 1, 2]
+    got = outfeed.dequeue()
+    assert list(got["step"]) == [0, 1, 2] and list(got["samples"]) == [MICRO] * 3 and got["loss"].shape == (3,)
+    assert all(len(v) == 0 for v in outfeed.dequeue().values())
+    with pytest.raises(RuntimeError, match="one queue per program"):
+        repeat(3, head_on_images, infeed, outfeed, sgd)
+    with pytest.raises(ValueError, match="batch_size .* must be an integer >= 1"):
+        IPUInfeedQueue(DATA, 0)
+    with pytest.raises(ValueError, match="needs infeed_queue"):
+        repeat(1, head_on_images, None, outfeed, sgd)
+
+
+def head_on_images(x):
+    return dense(flatten(x), 10)
