@@ -236,3 +236,14 @@ def test_feeds_one_program_per_infeed_and_records_per_update():
 
 def head_on_images(x):
     return dense(flatten(x), 10)
+
+
+def test_ipus_per_replica_come_from_poprun_or_the_mapping():
+    from ipu.runtime.program import _ipus_per_replica
+    from poprun_py.env import DistInfo
+
+    assert _ipus_per_replica(DistInfo(is_set=False), 3) == 4  # alone: the next power of two
+    assert _ipus_per_replica(DistInfo(is_set=True, ipus_per_replica=4), 2) == 4
+    with pytest.raises(ValueError, match="mapped onto 2 IPUs but each replica has 1: run under poprun_py "
+                                         "--ipus-per-replica 2"):
+        _ipus_per_replica(DistInfo(is_set=True, ipus_per_replica=1), 2)
