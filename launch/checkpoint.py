@@ -25,6 +25,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from poprun_py.progress import report_progress
+
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^ckpt-(\d{8})\.h5$")
@@ -46,7 +48,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, arrays: dict[str, np.
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(final.name + ".tmp")
     try:
+        report_progress(f"checkpoint {step}: writing")  # a slow write is not a hang; a fault can strike here
         _write(tmp, arrays, {**meta, "format_version": FORMAT_VERSION, "step": int(step)})
+        report_progress(f"checkpoint {step}: renaming")
         _before_rename(tmp)
         os.replace(tmp, final)
     except BaseException:

@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("--mpi-global-args", default="", metavar="ARGS", help="options for mpiexec itself, e.g. '-launcher ssh'")
     mpi.add_argument("--mpi-local-args", default="", metavar="ARGS", help="options for the instances' app context")
     mpi.add_argument("--mpiexec", default=None, metavar="PATH", help="MPI launcher to use; default the venv's (mpich wheel), then PATH")
+    mpi.add_argument("--preflight", type=_yes_no, metavar="yes|no", default=None,
+                     help="check every host (ssh, same paths, program, version) before starting; default yes with more than one host")
     mpi.add_argument("--mode", choices=("auto", "launch", "instance"), default="auto",
                      help="launch a job, or act as one instance under an MPI launcher; auto decides from the environment")
     place = p.add_argument_group("placement")
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Switches that PopRun writes either bare (--print-topology) or with a value (--print-topology=yes).
-SWITCHES = ("--numa-aware", "--offline-mode", "--print-topology", "--dry-run")
+SWITCHES = ("--numa-aware", "--offline-mode", "--print-topology", "--dry-run", "--preflight")
 _YES_NO = {"1", "yes", "true", "on", "y", "0", "no", "false", "off", "n"}
 
 
@@ -161,10 +163,11 @@ def config_from_args(args: argparse.Namespace, *, mpi_size: int | None = None) -
         grace_period=args.grace_period, hang_timeout=args.hang_timeout, max_restarts=args.max_restarts,
         mpiexec=args.mpiexec,
     )
+    hosts = ("localhost",) if mpi_size else _hosts(args)
+    extra["preflight"] = args.preflight if args.preflight is not None else hosts != ("localhost",)
     return validate_config(
         program=tuple(args.program), num_instances=instances, num_replicas=replicas,
-        ipus_per_replica=args.ipus_per_replica, num_ilds=args.num_ilds,
-        hosts=("localhost",) if mpi_size else _hosts(args), system=args.system, **extra,
+        ipus_per_replica=args.ipus_per_replica, num_ilds=args.num_ilds, hosts=hosts, system=args.system, **extra,
     )
 
 
@@ -217,6 +220,12 @@ def launch(config: LaunchConfig) -> int:
             {"instance": i.index, "host": i.host, "env": envc.instance_env(i, run_id=run_id,
              executable_cache_path=config.executable_cache_path)} for i in infos]}, indent=2))
         return 0
+    if config.preflight:
+        from poprun_py.preflight import format_problems, run_preflight
+
+        problems = run_preflight(config, mpiexec=mpiexec, flavor=flavor)
+        if problems:
+            raise ConfigError(format_problems(problems, len(config.hosts)))
     logger.info(
         "Launching %s on %s: %d instance(s) x %d local replica(s) x %d IPU(s) per replica, hosts %s, %s via %s (%s)",
         " ".join(config.program), config.system, config.num_instances, config.replicas_per_instance,
@@ -225,17 +234,11 @@ def launch(config: LaunchConfig) -> int:
 
 
 def _check_program(program: tuple[str, ...]) -> None:
-    import shutil
+    from poprun_py.preflight import program_problems
 
-    head = program[0]
-    if head.endswith(".py") and not os.path.exists(head):
-        raise ConfigError(f"program {head!r} not found (working directory {os.getcwd()})")
-    if not head.endswith(".py") and shutil.which(head) is None:
-        raise ConfigError(f"program {head!r} not found on PATH or not executable: give its path")
-    if head.endswith(".py") or os.path.basename(head).startswith("python"):
-        script = next((a for a in program[1:] if a.endswith(".py")), None)
-        if script and not os.path.exists(script):
-            raise ConfigError(f"script {script!r} not found (working directory {os.getcwd()})")
+    problems = program_problems(program, os.getcwd())
+    if problems:
+        raise ConfigError(problems[0])
 
 
 if __name__ == "__main__":

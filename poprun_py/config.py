@@ -39,6 +39,7 @@ class LaunchConfig:
     hang_timeout: float | None = None
     max_restarts: int = 0
     mpiexec: str | None = None
+    preflight: bool = False  # check every host before starting (poprun_py/preflight.py)
 
     @property
     def num_ipus(self) -> int:

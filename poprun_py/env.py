@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from poprun_py.errors import EnvironmentContractError
+from poprun_py.faults import Fault, parse_fault
 from poprun_py.topology import InstanceInfo
 
 # PopDist's names, as PopRun sets them (see shared/reference/launchers.md section 1.5).
@@ -36,6 +37,7 @@ PROGRESS_FD = "POPRUN_PROGRESS_FD"
 ERROR_FILE = "POPRUN_ERROR_FILE"
 UNDER_AGENT = "POPRUN_UNDER_AGENT"
 JOB_TOKEN = "POPRUN_JOB_TOKEN"  # marks every process of one instance, for the sweeper
+FAULT = "POPRUN_FAULT"  # an injected fault for recovery tests (poprun_py/faults.py)
 
 OPTION_PREFIX = "POPRUN_"
 
@@ -173,6 +175,19 @@ def detect_rank(environ: Mapping[str, str]) -> RankInfo | None:
             raise EnvironmentContractError(f"{rank_var}={rank} is outside 0..{size - 1} ({size_var}={size})")
         return RankInfo(rank=rank, size=size, local_rank=_int(environ, local_var, 0), source=source)
     return None
+
+
+def read_fault(environ: Mapping[str, str]) -> Fault | None:
+    """The injected fault meant for this instance in this attempt, if ``POPRUN_FAULT`` names one."""
+    raw = environ.get(FAULT)
+    if not raw:
+        return None
+    try:
+        fault = parse_fault(raw)
+    except ValueError as err:
+        raise EnvironmentContractError(f"{FAULT}={raw!r}: {err}") from None
+    here = (_int(environ, INSTANCE_INDEX, 0), _int(environ, RESTART_COUNT, 0))
+    return fault if (fault.instance, fault.attempt) == here else None
 
 
 def option_defaults(environ: Mapping[str, str], dests: list[str]) -> dict[str, str]:
