@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ipu.pipeline import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
-from ipu.schedule import SCHEDULES
+from ipu.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
 from poprun_py.systems import is_power_of_two
 
@@ -28,12 +28,14 @@ class IpuPlan:
     model: str = "efficientnet-b4-gn"
     model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
     image_size: int = 380
+    image_channels: int = 3
     num_classes: int = 1000
     micro_batch: int = 3
     gradient_accumulation: int = 1
     replicas: int = 1
     ipus_per_replica: int = 1
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
+    device_mapping: tuple[int, ...] = ()  # IPU of each pipeline stage; () = one stage per IPU
     schedule: str = "grouped"
     precision: str = "16.16"
     half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
@@ -66,8 +68,15 @@ class IpuPlan:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
         _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
-        check_pipeline_splits(self.pipeline_splits, self.ipus_per_replica)
-        check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
+        if self.device_mapping:
+            check_device_mapping(self.device_mapping, len(self.device_mapping), self.schedule)
+            if max(self.device_mapping) >= self.ipus_per_replica:
+                raise ValueError(
+                    f"device_mapping {list(self.device_mapping)} uses IPU {max(self.device_mapping)} but a replica "
+                    f"has {self.ipus_per_replica} IPUs (0..{self.ipus_per_replica - 1}): raise ipus_per_replica"
+                )
+        check_pipeline_splits(self.pipeline_splits, self.num_stages)
+        check_gradient_accumulation(self.gradient_accumulation, self.num_stages)
         pod = self.pod
         if self.total_ipus > pod.num_ipus:
             raise ValueError(
@@ -81,6 +90,16 @@ class IpuPlan:
         return get_pod(self.system, self.chip)
 
     @property
+    def num_stages(self) -> int:
+        """Pipeline stages: one per ``device_mapping`` entry, else one per IPU."""
+        return len(self.device_mapping) if self.device_mapping else self.ipus_per_replica
+
+    @property
+    def image_elems(self) -> int:
+        """Elements of one micro-batch of input images."""
+        return self.micro_batch * self.image_size**2 * self.image_channels
+
+    @property
     def total_ipus(self) -> int:
         return self.replicas * self.ipus_per_replica
 
@@ -92,6 +111,13 @@ class IpuPlan:
     @property
     def overrides(self) -> dict[str, object]:
         return dict(self.model_overrides)
+
+
+def optimizer_state(name: str, momentum: float = 0.0) -> str:
+    """The optimizer-state model (``OPTIMIZER_STATE_SLOTS`` key) of a ``models.optim`` rule name."""
+    if name in ("sgd", "nesterov"):
+        return "momentum" if momentum > 0 else "sgd"
+    return {"adamw": "adam"}.get(name, name)
 
 
 def _check_power_of_two(name: str, value: int) -> None:

@@ -20,7 +20,8 @@ Two implementations: :class:`SingleIpuReplica` (the whole model on one IPU) and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,6 +75,8 @@ class DeviceOps:
     mean/std: per-channel, pixel units (the dataset's). mixup_alpha: lambda ~ Beta(a, a), 0 off.
     cutmix_lambda: the fraction of each image kept (a box of ``1 - lambda`` of the area comes from
     another sample of the micro-batch), 0 off. Both mix labels in the same proportions.
+    loss_fn: ``(logits, labels) -> (mean loss, d loss / d logits)`` in place of the mixed
+    cross-entropy (the user's loss of ``ipu.runtime.pipelining``); it takes no mixing or smoothing.
     """
 
     mean: tuple[float, ...]
@@ -82,6 +85,12 @@ class DeviceOps:
     mixup_alpha: float = 0.0
     cutmix_lambda: float = 0.0
     label_smoothing: float = 0.0
+    loss_fn: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_fn is not None and (self.mixup_alpha or self.cutmix_lambda or self.label_smoothing):
+            raise ValueError("DeviceOps: a custom loss_fn replaces the mixed cross-entropy, so mixup_alpha, "
+                             "cutmix_lambda and label_smoothing must be 0 with it (smooth inside your loss)")
 
     def prepare(self, images: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
                 out: np.ndarray | None = None) -> tuple[np.ndarray, Targets]:
@@ -96,8 +105,12 @@ class DeviceOps:
 
     def loss(self, logits: np.ndarray, labels: np.ndarray, targets: Targets,
              loss_scale: float) -> tuple[ReplicaResult, np.ndarray]:
-        """Mixed cross-entropy of one micro-batch and d(loss_scale * loss)/d(logits)."""
-        loss, dlogits = mixed_cross_entropy(logits, targets, self.label_smoothing)
+        """Mixed cross-entropy (or ``loss_fn``) of one micro-batch and d(loss_scale * loss)/d(logits)."""
+        if self.loss_fn is not None:
+            loss, grad = self.loss_fn(logits, labels)
+            dlogits = np.array(grad, dtype=logits.dtype, copy=True)
+        else:
+            loss, dlogits = mixed_cross_entropy(logits, targets, self.label_smoothing)
         dlogits *= loss_scale
         correct = int(np.count_nonzero(logits.argmax(axis=1) == labels))
         return ReplicaResult(loss * len(labels), correct, len(labels)), dlogits
@@ -203,36 +216,49 @@ class PipelinedIpuReplica(_ReplicaBase):
     """The model cut at ``splits`` into stages on their own IPUs (``ipu/runtime/pipelined_replica.py``).
 
     The pipeline needs every micro-batch's input up front, so all A are normalised and mixed
-    first. Its recomputation re-runs forwards, which redraws dropout and drop-connect masks: with
-    those enabled the gradients differ from the single-IPU replica's (with them off they agree).
+    first, each with its micro-batch's stream ``replica_rng(seed, step, replica, a)``. The
+    pipeline continues that stream for the micro-batch's dropout and drop-connect masks, stage
+    after stage, and replays it when recomputing, and each micro-batch's gradient partials are added
+    to the engine's buffers as its backward finishes. So this replica draws the same masks and adds
+    the same partials in the same order as :class:`SingleIpuReplica`: the two agree bitwise.
     """
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
-                 recompute: bool = True, half: HalfRounder | None = None) -> None:
+                 recompute: bool = True, half: HalfRounder | None = None, device_mapping: Sequence[int] = ()) -> None:
         from ipu.runtime.pipelined_replica import PipelinedReplica
 
         super().__init__(model, index, device, half)
-        self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute)
+        self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute,
+                                         device_mapping=device_mapping)
+        self._position = {id(p): i for i, p in enumerate(model.params())}
+        self.last_run = None  # the last step's ``PipelineResult`` (trace, CPU seconds per stage)
 
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
                  loss_scale: float) -> ReplicaResult:
-        micro, targets = [], {}
-        num = feed.num_micro_batches
-        for a in range(num):
+        micro, rngs, targets = [], [], []
+        for a in range(feed.num_micro_batches):
             images, y = feed.next()
-            x, mixed = self._input(images, y, replica_rng(self.device.seed, step, self.index, a), reuse=False)
+            rng = replica_rng(self.device.seed, step, self.index, a)
+            x, mixed = self._input(images, y, rng, reuse=False)
             micro.append((x, y))
-            targets[id(y)] = mixed
+            rngs.append(rng)
+            targets.append(mixed)
         results: list[ReplicaResult] = []
+        index = {id(y): a for a, (_, y) in enumerate(micro)}
 
         def loss_fn(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-            result, dlogits = self.device.loss(logits, y, targets[id(y)], loss_scale)
+            result, dlogits = self.device.loss(logits, y, targets[index[id(y)]], loss_scale)
             results.append(result)
             return result.loss_sum / max(result.count, 1), dlogits
 
-        # dropout draws: one stream for the whole pipelined run (stream id A: after the micro-batches')
-        self.model.set_rng(replica_rng(self.device.seed, step, self.index, num))
-        with replica_state(self.model, self._state), self.times.measure("model"):
-            out = self.pipeline.run(micro, loss_fn)
-        self._add_partials(grads, [out.grads[p.name] for p in self.model.params()])
+        def accumulate(params) -> None:
+            self._add_partials([grads[self._position[id(p)]] for p in params], [p.grad for p in params])
+
+        # the pipeline adds partials as it goes: those phases are timed inside, "model" is the rest
+        inner_before = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"]
+        start = time.perf_counter()
+        with replica_state(self.model, self._state):
+            self.last_run = self.pipeline.run(micro, loss_fn, rngs=rngs, accumulate=accumulate)
+        inner = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"] - inner_before
+        self.times.add("model", time.perf_counter() - start - inner)
         return sum(results, ReplicaResult())
