@@ -217,6 +217,12 @@ class Loader:
         epoch, step = self._position
         return self._batches(epoch, step, self.steps_per_epoch - step)
 
+    def take(self, count: int) -> Iterator[Batch]:
+        """The next ``count`` batches from ``position``, across epoch boundaries (a host call of
+        several weight updates, as the pipelining API's infeed asks for)."""
+        epoch, step = self._position
+        return self._batches(epoch, step, count)
+
     def _positions(self, epoch: int, step: int, count: int) -> Iterator[tuple[int, int]]:
         for _ in range(count):
             yield epoch, step
