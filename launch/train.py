@@ -37,6 +37,7 @@ from ipu.runtime.engine import WeightDivergenceError
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training, capture_state, restore_state
 from launch.config import distribute, load_config
+from launch.preemption import StopRequest, signal_name
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from models.optim.loss_scaling import NonFiniteLossError
 
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from launch.config import CONFIGS_FILE
         print("\n".join(k for k in yaml.safe_load(CONFIGS_FILE.read_text()) if not k.startswith("_")))
         return 0
+    stop = StopRequest().install()  # SIGUSR1: checkpoint after the next update and exit (Slurm preemption)
     dist = popdist.init()
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
     try:
@@ -71,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
         resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
         _log_start(t, dist)
-        return run(t, resumed)
+        return run(t, resumed, stop, comm)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)
@@ -113,13 +115,13 @@ def _log_start(t: Training, dist) -> None:
                 t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)
 
 
-def run(t: Training, resumed: bool) -> int:
-    """The training loop; returns the exit code."""
+def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
+    """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
     lead = t.instance_index == 0
     log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
-        return _loop(t, log, bar, lead, resumed)
+        return _loop(t, log, bar, lead, resumed, stop, comm)
 
 
 def _logs_around(bar):
@@ -131,7 +133,7 @@ def _logs_around(bar):
     return logging_redirect_tqdm()
 
 
-def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
+def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | None, comm) -> int:
     cfg, e = t.cfg, t.engine
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
@@ -140,6 +142,9 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
         epoch = t.loader.position[0]
         batches = iter(t.loader)
         while True:
+            if stop is not None and (signum := stop.agreed(comm)):
+                batches.close()
+                return _stopped(t, log, bar, signum)
             group = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
             if not group:
                 break
@@ -214,6 +219,20 @@ def _save(t: Training) -> None:
     arrays, meta = capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
+
+
+def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
+    """Every instance agreed to stop before this update: checkpoint (collective) and leave."""
+    bar.close()
+    step = t.engine.step
+    _save(t)
+    if t.instance_index == 0:
+        logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
+                       signal_name(signum), step, t.total_steps, ckpt.checkpoint_dir(t.cfg.run.run_dir))
+    if log is not None:
+        log.write({"event": "stopped", "step": step, "signal": signal_name(signum)})
+        log.close()
+    return 0
 
 
 def _maybe_kill(t: Training, resumed: bool) -> None:
