@@ -10,8 +10,7 @@ update, writes the same checkpoint and exits with status 0. ``--resume auto`` co
 from __future__ import annotations
 
 import signal
-
-import numpy as np
+import threading
 
 STOP_SIGNALS = (signal.SIGUSR1,)
 
@@ -23,9 +22,11 @@ class StopRequest:
         self.signum = 0
 
     def install(self, signals: tuple[int, ...] = STOP_SIGNALS) -> "StopRequest":
-        """Catch ``signals`` from now on (main thread only). Their default action would kill the run."""
-        for sig in signals:
-            signal.signal(sig, self._record)
+        """Catch ``signals`` from now on; their default action would kill the run. Python lets only
+        the main thread set handlers: elsewhere this does nothing."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                signal.signal(sig, self._record)
         return self
 
     def _record(self, signum: int, _frame) -> None:
@@ -33,6 +34,8 @@ class StopRequest:
 
     def agreed(self, comm) -> int:
         """The signal number if any instance has been asked to stop, else 0 (collective)."""
+        import numpy as np
+
         flag = np.array([self.signum], np.int64)
         comm.allreduce(flag, op="max")
         return int(flag[0])

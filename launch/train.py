@@ -19,6 +19,12 @@ import os
 # times over when cores are shared (see poprun_py/placement.py). Set before numba loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# A stop request (SIGUSR1, Slurm's warning before a time limit or preemption) may come while the
+# imports below take their seconds: from here on it is recorded, not fatal (launch/preemption.py).
+from launch.preemption import StopRequest, signal_name  # noqa: E402
+
+STOP = StopRequest().install()
+
 import argparse
 import contextlib
 import json
@@ -37,7 +43,6 @@ from ipu.runtime.engine import WeightDivergenceError
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training, capture_state, restore_state
 from launch.config import distribute, load_config
-from launch.preemption import StopRequest, signal_name
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from models.optim.loss_scaling import NonFiniteLossError
 
@@ -64,7 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from launch.config import CONFIGS_FILE
         print("\n".join(k for k in yaml.safe_load(CONFIGS_FILE.read_text()) if not k.startswith("_")))
         return 0
-    stop = StopRequest().install()  # SIGUSR1: checkpoint after the next update and exit (Slurm preemption)
     dist = popdist.init()
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
     try:
@@ -73,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
         resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
         _log_start(t, dist)
-        return run(t, resumed, stop, comm)
+        return run(t, resumed, STOP, comm)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)

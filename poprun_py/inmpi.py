@@ -35,6 +35,7 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
     program = wrap_python(list(config.program))
     if "poprun_py.bootstrap" in program:  # a Python program for this interpreter: run it right here
         target = program[program.index("poprun_py.bootstrap") + 1 :]
+        _release_logging()
         if target[0] == "-m":
             run(target[1:], as_module=True)
         else:
@@ -42,3 +43,12 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
         return 0
     os.execvp(program[0], program)
     return 127  # not reached
+
+
+def _release_logging() -> None:
+    """Hand the root logger to the program as a fresh interpreter has it, so that its own
+    ``logging.basicConfig`` takes effect (poprun_py's format and WARNING level would silence it)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)

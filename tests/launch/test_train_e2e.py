@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,25 @@ def test_device_iterations_train_bitwise_like_one_update_per_host_call(uninterru
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert evaluations(tmp_path) == evaluations(uninterrupted)
+
+
+def test_sigusr1_stops_with_a_checkpoint_and_the_run_resumes_bitwise(uninterrupted, tmp_path):
+    cmd = [sys.executable, "-m", "launch.train", *DENSE, "--set", f"run.run_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    for line in proc.stderr:  # checkpoints every 5 updates: stop in the middle of the run
+        if "Checkpoint for update 10 written" in line:
+            break
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    stopped = [json.loads(x) for x in metrics.read_text().splitlines() if '"stopped"' in x]
+    assert len(stopped) == 1 and stopped[0]["signal"] == "SIGUSR1", err[-2000:]
+    step = stopped[0]["step"]
+    assert 10 <= step < 50 and ckpt.step_of(ckpt.find_latest(tmp_path)) == step
+    assert f"SIGUSR1: stopped after update {step} of 50" in err
+    ok(train([*DENSE, "--resume", "auto"], tmp_path))
+    np.testing.assert_array_equal(losses(tmp_path), losses(uninterrupted))
+    want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)

@@ -43,6 +43,16 @@ def missing_programs() -> list[str]:
     return [name for name in PROGRAMS if _which(name) is None]
 
 
+def skip_reason() -> str | None:
+    missing = missing_programs()
+    if missing:
+        return (f"Slurm is not installed (missing {', '.join(missing)}): "
+                "apt-get install -y slurm-wlm munge (.ci/run does it as root)")
+    if os.geteuid() != 0:
+        return "the one-node Slurm cluster runs slurmd, which needs root"
+    return None
+
+
 def free_ports(count: int) -> list[int]:
     """Ports that were free a moment ago (held open together so that they differ)."""
     sockets = [socket.socket() for _ in range(count)]
@@ -100,7 +110,7 @@ class SlurmCluster:
 
     def __init__(self, root: str | os.PathLike, cpus: int | None = None) -> None:
         self.root = Path(root).resolve()
-        self.cpus = cpus or os.cpu_count() or 1
+        self.cpus = cpus or len(os.sched_getaffinity(0))  # never more than slurmd finds, or the node drains
         self.host = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
         self.munge_socket = self.root / "munge" / "munge.socket"
@@ -168,9 +178,11 @@ class SlurmCluster:
         os.chmod(epilog, 0o755)
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
+        from poprun_py.processes import child_preexec  # the daemons die with this process, however it ends
+
         log = open(self.root / f"{name}.out", "wb")
         self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=child_preexec(signal.SIGTERM))
         log.close()
 
     def _wait_for_idle_node(self, timeout: float) -> None:
