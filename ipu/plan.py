@@ -1,11 +1,14 @@
 """An IPU execution plan: how one training configuration maps onto a POD, plus named presets.
 
 The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
-(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9).
+(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9), and its public ResNet-50 v1.5
+training recipe (``graphcore/examples`` @ 09b7c67, ``vision/cnns/tensorflow1/training/configs.yml``),
+the second workload the cost model is checked against (``ipu/validation.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from ipu.pipeline import check_gradient_accumulation
@@ -32,8 +35,9 @@ class IpuPlan:
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
     schedule: str = "grouped"
     precision: str = "16.16"
+    half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
     recompute: bool = False
-    available_memory_proportion: float = 0.6  # Poplar's usual default (ref §7, unverified)
+    available_memory_proportion: float = 0.6  # poplibs' default (lib/poplin/ConvOptions.hpp)
     num_io_tiles: int = 0
     prefetch_depth: int = 3
     eight_bit_io: bool = True
@@ -121,6 +125,32 @@ G16_B4 = IpuPlan(
     prefetch_depth=3,
     eight_bit_io=True,
     optimizer="lars",
+    device_iterations=13,  # 208 updates per epoch / --logs-per-epoch 16 (README_Benchmarks POD64 command)
+)
+
+# Graphcore's public ResNet-50 v1.5 training recipe, graphcore/examples @ 09b7c67
+# vision/cnns/tensorflow1/training/configs.yml ``resnet50_mlperf_pod16_bs20`` (the batch 1,920 of the
+# published Bow Pod16 throughput): 16 replicas of 1 IPU, micro-batch 20, GA 6, recomputation
+# checkpoints instead of pipelining (Sequential schedule, recompute), batch norm, half partials,
+# 8-bit IO, momentum SGD, AMP 0.15, 40 epochs, 5 logs per epoch (667 updates / 5 = 133 per host
+# call); precision 16.16 as in the published table. No IO tiles are set.
+RESNET50_POD16 = IpuPlan(
+    model="resnet50",
+    image_size=224,
+    micro_batch=20,
+    gradient_accumulation=6,
+    replicas=16,
+    ipus_per_replica=1,
+    schedule="sequential",
+    precision="16.16",
+    recompute=True,
+    available_memory_proportion=0.15,
+    num_io_tiles=0,
+    eight_bit_io=True,
+    optimizer="momentum",
+    system="POD16",
+    device_iterations=133,
+    epochs=40.0,
 )
 
 # Per-POD replicas and GA keep the global batch at 6144 (ref §1.3); hosts as documented (POD16 1,
@@ -150,6 +180,21 @@ PRESETS: dict[str, IpuPlan] = {
         optimizer="rmsprop",
         system="POD16",
     ),
+    "resnet50-pod16": RESNET50_POD16,
+    # resnet50_mlperf_pod64_bs20: 64 replicas x 20 x GA 2 = 2,560 (the published Bow Pod64 batch),
+    # AMP 0.145, 41 epochs, device_iterations 100000 as set in the config; 4 hosts.
+    "resnet50-pod64": replace(RESNET50_POD16, system="POD64", replicas=64, gradient_accumulation=2,
+                              available_memory_proportion=0.145, num_hosts=4, device_iterations=100000,
+                              epochs=41.0),
+    # The published Bow Pod256 batch 10,240 is 256 replicas x 20 x GA 2: the pod64 config on 256
+    # replicas (derived; no pod256 config is in the repository), 16 hosts.
+    "resnet50-pod256": replace(RESNET50_POD16, system="POD256", replicas=256, gradient_accumulation=2,
+                               available_memory_proportion=0.145, num_hosts=16, device_iterations=100000,
+                               epochs=41.0),
+    # resnet50_mlperf_pod16_lars, the MLPerf v1.1 submission (Mk2 POD16, 38 epochs): micro-batch 22,
+    # GA 10, 16 replicas = 3,520, LARS, AMP 0.15.
+    "resnet50-mlperf-pod16": replace(RESNET50_POD16, micro_batch=22, gradient_accumulation=10,
+                                     optimizer="lars", device_iterations=72, epochs=38.0),
 }
 
 
@@ -163,8 +208,14 @@ def load_profile(plan: IpuPlan) -> list:
     """The model's ``list[LayerProfile]`` at the plan's micro-batch and image size.
 
     Uses the numerics engine's contract ``models.build_model(name, num_classes, **overrides)
-    .profile(batch_size)``; the image size is passed as the ``resolution`` override.
+    .profile(batch_size)``; the image size is passed as the ``resolution`` override. Profiles are
+    cached per model, overrides, image size and micro-batch (the PODs of a recipe share one).
     """
+    return list(_profile(plan.model, plan.model_overrides, plan.image_size, plan.num_classes, plan.micro_batch))
+
+
+@functools.lru_cache(maxsize=16)
+def _profile(model: str, overrides: tuple, image_size: int, num_classes: int, micro_batch: int) -> tuple:
     import models
 
     build = getattr(models, "build_model", None)
@@ -172,11 +223,13 @@ def load_profile(plan: IpuPlan) -> list:
         raise RuntimeError(
             "models.build_model is not available yet: pass a profile (list[LayerProfile]) explicitly"
         )
-    overrides = {"resolution": plan.image_size, **plan.overrides}
-    return build(plan.model, plan.num_classes, **overrides).profile(plan.micro_batch)
+    return tuple(build(model, num_classes, resolution=image_size, **dict(overrides)).profile(micro_batch))
 
 
 # Published end-to-end figures to compare predictions with (ref §1.1): EfficientNet-B4 trained on
 # IPU-POD256 in 1.8 hours (MLPerf v1.1 blog, read through a garbled mirror; the blog's opening says
 # "less than two hours" on POD128/POD256). Assumes the recipe's 350 epochs at 380 pixels.
+# The run was on Mk2 IPU-PODs (December 2021; Bow was announced in March 2022): only Mk2 predictions
+# are compared with it.
 PUBLISHED_HOURS_TO_TRAIN = {"g16-b4-pod256": 1.8}
+PUBLISHED_CHIP = "mk2"
