@@ -11,7 +11,8 @@ The node: this host, all its CPUs, ``select/cons_tres`` with CPUs as the consuma
 
 MPICH and Slurm job ids. Under ``srun --mpi=pmi2`` MPICH names its node-local start-up segment
 ``/dev/shm/mpich_shm_<FNV-1a hash of the PMI kvsname>_<node>``, and Slurm's kvsname is
-``<job id>.<step id>``. A step that aborts leaves that file behind. A cluster started from a fresh
+``<job id>.<step id>``. MPI_Finalize unlinks it; a step whose processes are killed first (a crash,
+srun ending the step after one task failed) leaves it behind. A cluster started from a fresh
 state directory counts job ids from 1 again, so a later step with the same ids opens the stale
 file as if a peer had just created it and dies in ``MPI_Init_thread`` (UCX "failed to unpack
 address, invalid bandwidth", or "Message truncated"), whatever the program imported before. So

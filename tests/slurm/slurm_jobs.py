@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from slurm_cluster import SlurmCluster
+import psutil
+from slurm_cluster import SlurmCluster, leftover_processes
 
 from launch import checkpoint as ckpt
 
@@ -113,3 +114,24 @@ def assert_same_run(got: Path, want: Path) -> None:
     assert set(a) == set(b)
     for key in b:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def step_tasks(slurm: SlurmCluster, job: int, step: int = 0) -> list:
+    """The task processes of a job step (not srun, not slurmstepd)."""
+    found = []
+    for proc in leftover_processes(slurm.root):
+        try:
+            env = proc.environ()
+            if (proc.name() not in ("srun", "slurmstepd") and env.get("SLURM_JOB_ID") == str(job)
+                    and env.get("SLURM_STEP_ID") == str(step)):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def signal_pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` waits to be delivered to process ``pid`` (SigPnd/ShdPnd in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        masks = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask >> (signum - 1) & 1 for mask in masks)

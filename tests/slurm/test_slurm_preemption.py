@@ -10,7 +10,10 @@ with ``StartTime=now``), and the script's ``--resume auto`` continues the run.
 
 from __future__ import annotations
 
-from slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, submit, wait_until
+import signal
+
+from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, signal_pending,
+                        step_tasks, submit, wait_until)
 
 from launch import checkpoint as ckpt
 
@@ -20,13 +23,22 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
     job = submit(slurm, *TWO_TASKS, str(ROOT / "launch" / "jobs" / "slurm_srun.sh"), "dense", *DENSE,
                  "--set", f"run.run_dir={run_dir}", cwd=tmp_path)
     wait_until(lambda: len(records(run_dir, "step")) >= 3, 180, "3 updates of the job")
+    # Hold both tasks while the request travels (scancel -> slurmd -> srun -> tasks), so that it
+    # surely arrives before the last update; let them go once it waits on both.
+    tasks = step_tasks(slurm, job)
+    assert len(tasks) == 2
+    for task in tasks:
+        task.suspend()
     stop = slurm.run("scancel", "--batch", "--signal=USR1", str(job))
     assert stop.returncode == 0, stop.stderr
+    wait_until(lambda: all(signal_pending(t.pid, signal.SIGUSR1) for t in tasks), 60, "SIGUSR1 to reach both tasks")
+    for task in tasks:
+        task.resume()
     code, out = finish(slurm, job, tmp_path)
     assert code == 0, out[-3000:]
 
     stopped = records(run_dir, "stopped")
-    assert len(stopped) == 1, "the run ended before the stop request arrived; raise run.max_steps"
+    assert len(stopped) == 1, out[-3000:]
     step = stopped[0]["step"]
     assert 3 <= step < 150 and stopped[0]["signal"] == "SIGUSR1"
     assert ckpt.step_of(ckpt.find_latest(run_dir)) == step
