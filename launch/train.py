@@ -19,6 +19,12 @@ import os
 # times over when cores are shared (see poprun_py/placement.py). Set before numba loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# A stop request (SIGUSR1, Slurm's warning before a time limit or preemption) may come while the
+# imports below take their seconds: from here on it is recorded, not fatal (launch/preemption.py).
+from launch.preemption import StopRequest, signal_name  # noqa: E402
+
+STOP = StopRequest().install()
+
 import argparse
 import contextlib
 import json
@@ -73,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = build_training(cfg, comm, placement(cfg, dist))
         resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
         _log_start(t)
-        return run(t, resumed)
+        return run(t, resumed, STOP, comm)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)
@@ -116,13 +122,13 @@ def _log_start(t: Training) -> None:
                 t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)
 
 
-def run(t: Training, resumed: bool) -> int:
-    """The training loop; returns the exit code."""
+def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
+    """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
     lead = t.lead
     log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
-        return _loop(t, log, bar, lead, resumed)
+        return _loop(t, log, bar, lead, resumed, stop, comm)
 
 
 def _logs_around(bar):
@@ -134,7 +140,7 @@ def _logs_around(bar):
     return logging_redirect_tqdm()
 
 
-def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
+def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | None, comm) -> int:
     cfg, e = t.cfg, t.engine
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
@@ -144,6 +150,9 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool) -> int:
         epoch = t.loader.position[0]
         batches = iter(t.loader)
         while True:
+            if stop is not None and (signum := stop.agreed(comm)):
+                batches.close()
+                return _stopped(t, log, bar, signum)
             begin = time.perf_counter()
             group, waits = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
             loop.times.add("input_wait", sum(waits))
@@ -243,6 +252,20 @@ def _save(t: Training) -> None:
     arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
+
+
+def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
+    """Every instance agreed to stop before this update: checkpoint (collective) and leave."""
+    bar.close()
+    step = t.engine.step
+    _save(t)
+    if t.lead:
+        logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
+                       signal_name(signum), step, t.total_steps, ckpt.checkpoint_dir(t.cfg.run.run_dir))
+    if log is not None:
+        log.write({"event": "stopped", "step": step, "signal": signal_name(signum)})
+        log.close()
+    return 0
 
 
 def _maybe_kill(t: Training, resumed: bool) -> None:

@@ -39,6 +39,7 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
         if config.hang_timeout:
             start_watchdog(config.hang_timeout, index, config.num_instances, info.host)
         target = program[program.index("poprun_py.bootstrap") + 1 :]
+        _release_logging()
         if target[0] == "-m":
             run(target[1:], as_module=True)
         else:
@@ -48,3 +49,12 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
         logger.warning("--hang-timeout watches Python programs only in in-MPI mode; %s runs unwatched", program[0])
     os.execvp(program[0], program)
     return 127  # not reached
+
+
+def _release_logging() -> None:
+    """Hand the root logger to the program as a fresh interpreter has it, so that its own
+    ``logging.basicConfig`` takes effect (poprun_py's format and WARNING level would silence it)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)

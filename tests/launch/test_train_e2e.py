@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,25 @@ def test_the_summary_says_where_the_update_time_went(uninterrupted):
     assert summary["input_wait_share"] == summary["share_input_wait"] and summary["update_s"] > 0.0
     steps = [json.loads(x) for x in (uninterrupted / "metrics.jsonl").read_text().splitlines()]
     assert all(r["input_wait_s"] >= 0.0 for r in steps if r["event"] == "step")
+
+
+def test_sigusr1_stops_with_a_checkpoint_and_the_run_resumes_bitwise(uninterrupted, tmp_path):
+    cmd = [sys.executable, "-m", "launch.train", *DENSE, "--set", f"run.run_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    for line in proc.stderr:  # checkpoints every 5 updates: stop in the middle of the run
+        if "Checkpoint for update 5 written" in line:
+            break
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    stopped = [json.loads(x) for x in metrics.read_text().splitlines() if '"stopped"' in x]
+    assert len(stopped) == 1 and stopped[0]["signal"] == "SIGUSR1", err[-2000:]
+    step = stopped[0]["step"]
+    assert 5 <= step < 50 and ckpt.step_of(ckpt.find_latest(tmp_path)) == step
+    assert f"SIGUSR1: stopped after update {step} of 50" in err
+    ok(train([*DENSE, "--resume", "auto"], tmp_path))
+    np.testing.assert_array_equal(losses(tmp_path), losses(uninterrupted))
+    want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)

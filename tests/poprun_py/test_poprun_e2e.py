@@ -317,6 +317,17 @@ def test_srun_step_variables_make_an_instance(tmp_path):
     assert "[0]" not in res.stdout  # no launcher in between: the program's own output
 
 
+def test_in_mpi_mode_leaves_logging_to_the_program(tmp_path):
+    script = write_script(tmp_path / "logs.py", """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="program: %(message)s", stream=sys.stdout)
+logging.getLogger("train").info("an info record")
+""")
+    res = poprun(script, env=launcher_env(SLURM_PROCID="0", SLURM_STEP_NUM_TASKS="1", SLURM_LOCALID="0"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "program: an info record\n"
+
+
 def test_env_contract_without_mpi_is_refused_clearly(tmp_path):
     script = write_script(tmp_path / "touch.py", TOUCH)
     # a hand-made contract for 2 instances, but MPI (a singleton here) has one process

@@ -1,0 +1,45 @@
+"""A request to stop training early, at the next weight update, with a checkpoint.
+
+Slurm warns a job before its time limit (``#SBATCH --signal=B:USR1@120``) or on demand
+(``scancel --batch --signal=USR1 JOB``); ``poprun_py`` and ``srun`` pass SIGUSR1 on to every
+instance. The handler only records the signal. Instances receive it at different moments, so once
+per update they agree through a one-integer all-reduce (max): every instance stops after the same
+update, writes the same checkpoint and exits with status 0. ``--resume auto`` continues from it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+STOP_SIGNALS = (signal.SIGUSR1,)
+
+
+class StopRequest:
+    """Records a stop signal; ``agreed(comm)`` tells every instance the same answer."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def install(self, signals: tuple[int, ...] = STOP_SIGNALS) -> "StopRequest":
+        """Catch ``signals`` from now on; their default action would kill the run. Python lets only
+        the main thread set handlers: elsewhere this does nothing."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, _frame) -> None:
+        self.signum = signum
+
+    def agreed(self, comm) -> int:
+        """The signal number if any instance has been asked to stop, else 0 (collective)."""
+        import numpy as np
+
+        flag = np.array([self.signum], np.int64)
+        comm.allreduce(flag, op="max")
+        return int(flag[0])
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name

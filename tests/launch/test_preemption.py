@@ -1,0 +1,65 @@
+"""The stop request: a signal is only recorded; the instances agree on it through an all-reduce."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from launch import checkpoint as ckpt
+from launch.preemption import StopRequest
+from poprun_py.comm import LoopbackComm
+
+
+class PeerComm(LoopbackComm):
+    """Stands for a second instance whose value joins every max all-reduce."""
+
+    def __init__(self, peer: int) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        assert op == "max"
+        np.maximum(array, self.peer, out=array)
+        return array
+
+
+def test_sigusr1_is_recorded_not_fatal_and_every_instance_agrees():
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        stop = StopRequest().install()
+        assert stop.agreed(LoopbackComm()) == 0 and stop.agreed(PeerComm(0)) == 0
+        assert StopRequest().agreed(PeerComm(signal.SIGUSR1)) == signal.SIGUSR1  # only a peer was signalled
+        os.kill(os.getpid(), signal.SIGUSR1)  # the default action would end this process
+        assert stop.agreed(LoopbackComm()) == signal.SIGUSR1
+        assert stop.agreed(PeerComm(0)) == signal.SIGUSR1
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (the SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(caught >> (signum - 1) & 1)
+
+
+def test_a_stop_request_during_start_up_stops_at_update_0(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "launch.train", "--config", "dense", "--set", "run.max_steps=20",
+           "--set", "run.progress_bar=false", "--set", "run.plots=false", "--set", f"run.run_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})
+    while not handles(proc.pid, signal.SIGUSR1):  # first thing launch.train does; its imports follow
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    assert "SIGUSR1: stopped after update 0 of 20" in err
+    assert ckpt.step_of(ckpt.find_latest(tmp_path)) == 0

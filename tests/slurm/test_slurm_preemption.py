@@ -1,0 +1,54 @@
+"""Preemption: a job told to stop checkpoints at the next update and ends cleanly; requeued, it
+resumes from that checkpoint and ends bitwise equal to an uninterrupted run.
+
+``slurm_srun.sh`` as written (its ``#SBATCH --requeue --open-mode=append --signal=B:USR1@120``):
+``scancel --batch --signal=USR1`` reaches srun, which passes SIGUSR1 to both tasks; the training
+agrees on the update to stop after, writes the checkpoint and exits 0. ``scontrol requeue`` puts the
+job back in the queue (Slurm holds a requeued job for two minutes; the test releases it at once
+with ``StartTime=now``), and the script's ``--resume auto`` continues the run.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, signal_pending,
+                        step_tasks, submit, wait_until)
+
+from launch import checkpoint as ckpt
+
+
+def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, launcher_reference, tmp_path):
+    run_dir = tmp_path / "run"
+    job = submit(slurm, *TWO_TASKS, str(ROOT / "launch" / "jobs" / "slurm_srun.sh"), "dense", *DENSE,
+                 "--set", f"run.run_dir={run_dir}", cwd=tmp_path)
+    wait_until(lambda: len(records(run_dir, "step")) >= 3, 180, "3 updates of the job")
+    # Hold both tasks while the request travels (scancel -> slurmd -> srun -> tasks), so that it
+    # surely arrives before the last update; let them go once it waits on both.
+    tasks = step_tasks(slurm, job)
+    assert len(tasks) == 2
+    for task in tasks:
+        task.suspend()
+    stop = slurm.run("scancel", "--batch", "--signal=USR1", str(job))
+    assert stop.returncode == 0, stop.stderr
+    wait_until(lambda: all(signal_pending(t.pid, signal.SIGUSR1) for t in tasks), 60, "SIGUSR1 to reach both tasks")
+    for task in tasks:
+        task.resume()
+    code, out = finish(slurm, job, tmp_path)
+    assert code == 0, out[-3000:]
+
+    stopped = records(run_dir, "stopped")
+    assert len(stopped) == 1, out[-3000:]
+    step = stopped[0]["step"]
+    assert 3 <= step < 150 and stopped[0]["signal"] == "SIGUSR1"
+    assert ckpt.step_of(ckpt.find_latest(run_dir)) == step
+    assert f"SIGUSR1: stopped after update {step} of 150" in out
+    assert job_state(slurm, job)["JobState"] == "COMPLETED"
+
+    for command in (["requeue", str(job)], ["update", f"JobId={job}", "StartTime=now"]):
+        done = slurm.run("scontrol", *command)
+        assert done.returncode == 0, done.stderr
+    code, out = finish(slurm, job, tmp_path)  # the output of both runs: --open-mode=append
+    assert code == 0 and job_state(slurm, job)["Restarts"] == "1", out[-3000:]
+    assert f"stopped after update {step}" in out and f"Resumed from {run_dir}/checkpoints/ckpt-{step:08d}.h5" in out
+    assert_same_run(run_dir, launcher_reference)
