@@ -172,10 +172,17 @@ class SlurmCluster:
         self._poll(lambda: self.munge_socket.exists(), 10, "munged did not create its socket", "munged")
 
     def _write_epilog(self) -> None:
+        """An epilog that never fails: a failing epilog drains the node."""
         epilog = self.root / "epilog"
-        epilog.write_text(f"#!{sys.executable}\nimport os, sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                          "from slurm_cluster import remove_mpich_segments\n"
-                          "remove_mpich_segments(int(os.environ['SLURM_JOB_ID']))\n")
+        epilog.write_text(f"""#!{sys.executable}
+import os, sys
+try:
+    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    from slurm_cluster import remove_mpich_segments
+    remove_mpich_segments(int(os.environ["SLURM_JOB_ID"]))
+except Exception as err:
+    print("epilog:", repr(err), file=sys.stderr)
+""")
         os.chmod(epilog, 0o755)
 
     def _spawn(self, name: str, cmd: list[str]) -> None:

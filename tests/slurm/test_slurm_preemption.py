@@ -35,7 +35,7 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
     for task in tasks:
         task.resume()
     code, out = finish(slurm, job, tmp_path)
-    assert code == 0, out[-3000:]
+    assert code == 0, out[-4000:] + slurm.log("slurmd")[-3000:]
 
     stopped = records(run_dir, "stopped")
     assert len(stopped) == 1, out[-3000:]
@@ -49,6 +49,6 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
         done = slurm.run("scontrol", *command)
         assert done.returncode == 0, done.stderr
     code, out = finish(slurm, job, tmp_path)  # the output of both runs: --open-mode=append
-    assert code == 0 and job_state(slurm, job)["Restarts"] == "1", out[-3000:]
+    assert code == 0 and job_state(slurm, job)["Restarts"] == "1", out[-4000:] + slurm.log("slurmd")[-3000:]
     assert f"stopped after update {step}" in out and f"Resumed from {run_dir}/checkpoints/ckpt-{step:08d}.h5" in out
     assert_same_run(run_dir, launcher_reference)
