@@ -32,7 +32,7 @@ import numpy as np
 
 import poprun_py as popdist
 from launch import study_meta, study_report
-from launch.study_grid import (Group, Point, Study, choose_lr, count_points, groups, load_study, make_point,
+from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study, make_point,
                                points_in_group, sweep_candidates, with_replicas)
 from launch.study_point import run_point
 from launch.study_meta import RESULTS, read_rows
@@ -45,6 +45,8 @@ logger = logging.getLogger("launch.study")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m launch.study", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/studies.yml")
+    p.add_argument("--studies", default=str(STUDIES_FILE), metavar="FILE.yml",
+                   help="the study definitions (default launch/studies.yml)")
     p.add_argument("--quick", action="store_true", help="the study's quick variant: a tiny grid, a few updates")
     p.add_argument("--out", default=None, help="results folder (default runs/studies/NAME[-quick]); one study only")
     p.add_argument("--report", action="store_true", help="only write results.md and the pictures from the rows")
@@ -63,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("--out names one folder: give one study name with it (got %s)", ", ".join(args.names))
         return 2
     try:
-        studies = [load_study(n, args.quick) for n in args.names]
+        studies = [load_study(n, args.quick, Path(args.studies)) for n in args.names]
         folders = [Path(args.out) if args.out and not args.docs else default_out(s) for s in studies]
         if args.docs:
             if dist.instance_index == 0:
@@ -165,7 +167,7 @@ class StudyRun:
             return row
         run_dir = self.out / "points" / point.id
         logger.info("Point %d/%d %s: %s at batch %d (micro %d x accumulation %d x %d replicas), lr %.4g, seed %d; "
-                    "%d left after it, about %s.", self.done() + 1, self.total, point.phase, point.group.arm.name,
+                    "%d left after it, %s.", self.done() + 1, self.total, point.phase, point.group.arm.name,
                     point.group.batch, point.micro_batch, point.grad_accum, point.replicas, point.lr, point.seed,
                     self.total - self.done() - 1, _duration(self.eta_s(point)))
         row = run_point(self.study, point, self.data_path, run_dir, self.comm, self.dist, self.snapshots_for(point))
@@ -183,8 +185,11 @@ class StudyRun:
         self.rows[row["id"]] = row
         if self.lead:
             self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / RESULTS, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            with open(self.out / RESULTS, "a+b") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                    f.write(b"\n")  # a line torn by a kill stays a torn line of its own
+                f.write(json.dumps(row).encode() + b"\n")
             if row["status"] == "ok":
                 logger.info("  -> final validation accuracy %.4f, loss %.4f; %d updates; %.0f CPU s.",
                             row["final_val_accuracy"], row["final_val_loss"], row["updates"], row["cpu_s"])
@@ -256,8 +261,8 @@ def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, c
 
 def _duration(seconds: float) -> str:
     if not np.isfinite(seconds):
-        return "time left unknown until a run finishes"
-    return f"{seconds / 60:.0f} min left" if seconds >= 90 else f"{seconds:.0f} s left"
+        return "no estimate of the time left until a run finishes"
+    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
 
 
 if __name__ == "__main__":

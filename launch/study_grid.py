@@ -132,6 +132,8 @@ class Point:
 # -- reading the spec -------------------------------------------------------------------------
 def load_study(name: str, quick: bool = False, path: Path = STUDIES_FILE) -> Study:
     """The study ``name`` of ``path``; ``quick`` applies its ``quick:`` section (a tiny grid)."""
+    if not Path(path).is_file():
+        raise ValueError(f"study file {path} does not exist; pass --studies FILE.yml or use launch/studies.yml")
     entries = yaml.safe_load(Path(path).read_text()) or {}
     names = sorted(k for k in entries if not str(k).startswith("_"))
     if name not in names:
