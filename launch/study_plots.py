@@ -24,6 +24,19 @@ def _plt():
     return plt
 
 
+def _legend(ax, size: int) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=size)
+
+
+def _save(fig, path: Path, title: str) -> Path:
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return path
+
+
 def _curve(rows: tuple[dict, ...], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Epochs, mean and std over seeds of one curve key (runs cut to the shortest)."""
     curves = [r["curve"] for r in rows if r.get("curve")]
@@ -62,12 +75,8 @@ def plot_curves(study: Study, summaries, variant, path: Path) -> Path:
         bottom.set_xlabel("epoch")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-        top.legend(fontsize=7)
-    fig.suptitle(f"{study.title}: {variant.label} (mean ± std over seeds)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        _legend(top, 7)
+    return _save(fig, path, f"{study.title}: {variant.label} (mean ± std over seeds)")
 
 
 def plot_final_accuracy(study: Study, summaries, path: Path) -> Path:
@@ -89,13 +98,9 @@ def plot_final_accuracy(study: Study, summaries, path: Path) -> Path:
         ax.set_xlabel("global batch size")
         ax.set_title(variant.label, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     axes[0][0].set_ylabel("final validation accuracy %")
-    fig.suptitle(f"{study.title}: final accuracy against batch size", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, f"{study.title}: final accuracy against batch size")
 
 
 def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
@@ -118,13 +123,9 @@ def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
         ax.set_xlabel("global batch size")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{study.title}: to {100 * study.target_accuracy:.0f} % validation accuracy (runs that reached it; "
-                 "checked each epoch)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    _legend(axes[0], 7)
+    return _save(fig, path, f"{study.title}: to {100 * study.target_accuracy:.0f} % validation accuracy (runs that "
+                 "reached it; checked each epoch)")
 
 
 def plot_all(study: Study, summaries, out: Path) -> list[Path]:
