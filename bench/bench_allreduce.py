@@ -19,12 +19,12 @@ import time
 import numpy as np
 
 import poprun_py as popdist
-from ipu.engine import Engine
-from ipu.replica import DeviceOps, SingleIpuReplica
+from ipu.runtime.engine import Engine
+from ipu.runtime.replica import DeviceOps, SingleIpuReplica
 from models import build_model
-from models.loss_scaling import LossScaleConfig, LossScaler
-from models.optimizers import OptimConfig, make_optimizer
-from models.schedules import ScheduleConfig, make_schedule
+from models.optim.loss_scaling import LossScaleConfig, LossScaler
+from models.optim import OptimConfig, make_optimizer
+from models.optim.schedules import ScheduleConfig, make_schedule
 
 
 def build_engine(args, comm, dist) -> Engine:

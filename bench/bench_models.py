@@ -54,7 +54,7 @@ def ours(row: str, steps: int) -> dict:
 
     from models import build_model, softmax_cross_entropy
     from models.conv import Conv2d
-    from models.optimizers import OptimConfig, make_optimizer
+    from models.optim import OptimConfig, make_optimizer
 
     kind, variant, res, batch = ROWS[row]
     rng = np.random.default_rng(0)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from models.optimizers import OptimConfig, make_optimizer
+from models.optim import OptimConfig, make_optimizer
 from models.param import Param
 
 

@@ -8,10 +8,9 @@ from data.augment import AugmentConfig
 from data.dataset import Dataset, DatasetInfo, open_dataset, verify_dataset
 from data.layout import DatasetError
 from data.loader import Batch, BatchSpec, Loader, LoaderStats, evaluation_loader
-from data.normalise import normalise
 from data.sources import SHIPPED_SUBSET, fashion_mnist_path
 
 __all__ = [
     "AugmentConfig", "Batch", "BatchSpec", "Dataset", "DatasetError", "DatasetInfo", "Loader", "LoaderStats",
-    "SHIPPED_SUBSET", "evaluation_loader", "fashion_mnist_path", "normalise", "open_dataset", "verify_dataset",
+    "SHIPPED_SUBSET", "evaluation_loader", "fashion_mnist_path", "open_dataset", "verify_dataset",
 ]

@@ -27,7 +27,7 @@ from ipu.pipeline import StageSplit, replica_schedule, split_stages, stashed_ele
 from ipu.plan import OPTIMIZER_STATE_SLOTS, IpuPlan
 from ipu.precision import get_precision
 from ipu.specs import KIB, IpuSpec, get_chip
-from ipu.streams import IoTilePlan, plan_io_tiles
+from ipu.io_tiles import IoTilePlan, plan_io_tiles
 from models.profile import LayerProfile
 
 TENSOR_GRAIN_BYTES = 4 * KIB  # assumed: a tensor is spread over ceil(bytes / grain) tiles at most

@@ -4,9 +4,9 @@ Graphcore's CNN configs name precision ``compute.weights``: ``16.32`` computes i
 keeps float32 master weights; ``16.16`` keeps everything in float16, so the weight update itself
 is rounded to float16, stochastically when stochastic rounding is on (the default for the G16
 recipe, ref §1.5 and §10.6). The emulator computes in float32 on the CPU; these helpers apply the
-storage rounding a real IPU would apply, and ``ipu/emulation.py`` applies them in training runs
+storage rounding a real IPU would apply, and ``ipu/runtime/emulation.py`` applies them in training runs
 (``ipu.emulate_precision``). Loss scaling (static 128 or dynamic) lives with the
-optimizers in ``models/loss_scaling.py``; ``LOSS_SCALE`` below is the recipe's static value.
+optimizers in ``models/optim/loss_scaling.py``; ``LOSS_SCALE`` below is the recipe's static value.
 """
 
 from __future__ import annotations

@@ -17,22 +17,22 @@ import numpy as np
 from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
 from data.loader import BatchSpec, Loader, evaluation_loader
-from ipu.emulation import HalfRounder, PrecisionEmulation
-from ipu.engine import Engine
+from ipu.runtime.emulation import HalfRounder, PrecisionEmulation
+from ipu.runtime.engine import Engine
 from ipu.memory import IpuOutOfMemoryError, MemoryPlan, fit, raise_if_out_of_memory
 from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
-from ipu.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
+from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
 from ipu.specs import PODS, get_chip
-from ipu.streams import IoTilePlan, plan_io_tiles
+from ipu.io_tiles import IoTilePlan, plan_io_tiles
 from launch.checkpoint import split_prefix
 from launch.config import TrainConfig
 from models import build_model
-from models.ema import ExponentialMovingAverage
-from models.loss_scaling import LossScaler
-from models.optimizers import make_optimizer
-from models.schedules import Schedule, make_schedule
+from models.optim.ema import ExponentialMovingAverage
+from models.optim.loss_scaling import LossScaler
+from models.optim import make_optimizer
+from models.optim.schedules import Schedule, make_schedule
 
 logger = logging.getLogger(__name__)
 

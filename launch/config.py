@@ -9,8 +9,8 @@ share parts between entries (``optim: {<<: *lars, momentum: 0.9}``); top-level k
 with ``_`` hold those anchors and are not configurations. Overrides ``section.field=value``
 (values parsed as YAML) win over the file. Unknown sections or fields raise ``ValueError``
 naming the key and the valid ones. ``optim``, ``loss_scaling`` and the schedule's fields are
-the numerics engine's own configs (``models.optimizers``, ``models.loss_scaling``,
-``models.schedules``), so their validation applies unchanged.
+the numerics engine's own configs (``models.optim``, ``models.optim.loss_scaling``,
+``models.optim.schedules``), so their validation applies unchanged.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from ipu.precision import PRECISIONS
-from models.loss_scaling import LossScaleConfig
-from models.optimizers import OptimConfig
-from models.schedules import ScheduleConfig, lr_from_exponent
+from models.optim.loss_scaling import LossScaleConfig
+from models.optim import OptimConfig
+from models.optim.schedules import ScheduleConfig, lr_from_exponent
 
 CONFIGS_FILE = Path(__file__).with_name("configs.yml")
 
@@ -78,7 +78,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ScheduleSection(ScheduleConfig):
-    """``models.schedules.ScheduleConfig`` plus Graphcore's ``lr_exponent``: when set, the peak
+    """``models.optim.schedules.ScheduleConfig`` plus Graphcore's ``lr_exponent``: when set, the peak
     rate is ``2**lr_exponent * global_batch`` and ``base_lr`` is ignored."""
 
     lr_exponent: float | None = None
@@ -162,7 +162,7 @@ class RunConfig:
     plots: bool = True
     progress_bar: bool = True
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
-    gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.engine.Engine)
+    gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:

@@ -33,12 +33,12 @@ import numpy as np
 
 import poprun_py as popdist
 from data.layout import DatasetError
-from ipu.engine import WeightDivergenceError
+from ipu.runtime.engine import WeightDivergenceError
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training, capture_state, restore_state
 from launch.config import distribute, load_config
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
-from models.loss_scaling import NonFiniteLossError
+from models.optim.loss_scaling import NonFiniteLossError
 
 logger = logging.getLogger("launch.train")
 

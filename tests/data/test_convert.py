@@ -148,7 +148,7 @@ def test_shipped_subset_is_valid_balanced_and_attributed():
 
 
 def test_runtime_modules_import_only_numpy_numba_h5py():
-    code = ("import sys; import data.loader, data.normalise, data.sources, data.dataset; "
+    code = ("import sys; import data.loader, data.sources, data.dataset; "
             "print(sorted(m for m in ('torch', 'mpi4py', 'tqdm', 'PIL', 'models', 'ipu', 'poprun_py') "
             "if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -59,7 +59,7 @@ def test_eight_bit_io_moves_a_quarter_of_float32_bytes(b4_g16):
 
 def test_io_tiles_only_overlap_with_grouped_schedule(b4_g16, caplog):
     plan = replace(PRESETS["g16-b4-pod16"], schedule="interleaved")
-    with caplog.at_level(logging.WARNING, logger="ipu.streams"):
+    with caplog.at_level(logging.WARNING, logger="ipu.io_tiles"):
         from ipu.memory import fit
         fit(plan, b4_g16)
     assert "will not overlap host IO" in caplog.text

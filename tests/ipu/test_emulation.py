@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ipu.emulation import HalfRounder, PrecisionEmulation, is_float16, rounding_seed
-from ipu.engine import Engine
-from ipu.replica import DeviceOps, SingleIpuReplica
+from ipu.runtime.emulation import HalfRounder, PrecisionEmulation, is_float16, rounding_seed
+from ipu.runtime.engine import Engine
+from ipu.runtime.replica import DeviceOps, SingleIpuReplica
 from models import build_model
-from models.loss_scaling import LossScaleConfig, LossScaler
-from models.optimizers import OptimConfig, make_optimizer
-from models.schedules import ScheduleConfig, make_schedule
+from models.optim.loss_scaling import LossScaleConfig, LossScaler
+from models.optim import OptimConfig, make_optimizer
+from models.optim.schedules import ScheduleConfig, make_schedule
 from poprun_py.comm import LoopbackComm
 
 MEAN, STD = (100.0,), (50.0,)
@@ -147,7 +147,7 @@ def test_the_rounder_rounds_to_nearest_in_place_like_numpys_cast():
 
 
 def test_pipelined_replicas_add_float16_partials_too():
-    from ipu.replica import PipelinedIpuReplica
+    from ipu.runtime.replica import PipelinedIpuReplica
 
     model = dense()
     replica = PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], half=HalfRounder())

@@ -7,7 +7,7 @@ models = pytest.importorskip("models")
 if not hasattr(models, "build_model"):
     pytest.skip("models.build_model has not landed", allow_module_level=True)
 
-from ipu.pipelined_replica import PipelinedReplica  # noqa: E402
+from ipu.runtime.pipelined_replica import PipelinedReplica  # noqa: E402
 
 NUM_CLASSES = 10
 

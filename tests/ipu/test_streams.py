@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from ipu.specs import MK2_GC200
-from ipu.streams import InfeedQueue, OutfeedQueue, io_overlaps, plan_io_tiles, run_device_iterations
+from ipu.io_tiles import io_overlaps, plan_io_tiles
+from ipu.runtime.streams import InfeedQueue, OutfeedQueue, run_device_iterations
 
 
 def _batches(n, shape=(2, 4, 4, 3)):
@@ -58,14 +59,14 @@ def test_io_tile_budget_is_ninety_percent_of_their_memory():
 
 
 def test_warns_when_io_tiles_cannot_overlap(caplog):
-    with caplog.at_level(logging.WARNING, logger="ipu.streams"):
+    with caplog.at_level(logging.WARNING, logger="ipu.io_tiles"):
         plan = plan_io_tiles(MK2_GC200, 32, 1000, 3, 2, "interleaved")
     assert not plan.overlap
     assert "needs a single-IPU replica or the grouped pipeline schedule" in caplog.text
 
 
 def test_replica_feed_prefetches_across_steps_without_copying():
-    from ipu.streams import ReplicaFeed
+    from ipu.runtime.streams import ReplicaFeed
 
     steps = [(np.full((3, 2, 4, 4, 1), s, np.uint8), np.full((3, 2), s)) for s in range(2)]
     feed = ReplicaFeed(prefetch_depth=2)

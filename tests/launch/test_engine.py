@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ipu.engine import Engine, WeightDivergenceError, flat_views, weight_digest
-from ipu.replica import (DeviceOps, PipelinedIpuReplica, SingleIpuReplica, cutmix, mixed_cross_entropy, mixup,
-                         replica_rng)
+from ipu.runtime.engine import Engine, WeightDivergenceError, flat_views, weight_digest
+from ipu.runtime.mixing import cutmix, mixed_cross_entropy, mixup
+from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica, replica_rng
 from models import build_model, softmax_cross_entropy
-from models.loss_scaling import LossScaleConfig, LossScaler, NonFiniteLossError
-from models.optimizers import OptimConfig, make_optimizer
-from models.schedules import ScheduleConfig, make_schedule
+from models.optim.loss_scaling import LossScaleConfig, LossScaler, NonFiniteLossError
+from models.optim import OptimConfig, make_optimizer
+from models.optim.schedules import ScheduleConfig, make_schedule
 from poprun_py.comm import LoopbackComm
 
 MEAN, STD = (100.0,), (50.0,)

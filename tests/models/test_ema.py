@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.ema import ExponentialMovingAverage
+from models.optim.ema import ExponentialMovingAverage
 from models.param import Param
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.loss_scaling import (
+from models.optim.loss_scaling import (
     LossScaleConfig,
     LossScaler,
     NonFiniteLossError,

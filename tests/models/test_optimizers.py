@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from models.optimizers import OptimConfig, lars_trust_ratio, make_optimizer
+from models.optim import OptimConfig, lars_trust_ratio, make_optimizer
 from models.param import Param
 
 LRS = [0.5, 0.3, 0.3, 0.1, 0.05]  # a changing rate, as a schedule would pass

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from models.schedules import ScheduleConfig, lr_from_exponent, make_schedule
+from models.optim.schedules import ScheduleConfig, lr_from_exponent, make_schedule
 
 
 def test_polynomial_warmup_then_decay_exact_values():

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.optimizer_base import StateDict, check_keys
+from models.optim.optimizer_base import StateDict, check_keys
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.optimizer_base import Optimizer
+from models.optim.optimizer_base import Optimizer
 from models.param import Param
 
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu.emulation import PrecisionEmulation
-from ipu.replica import Replica, ReplicaResult
-from ipu.streams import OutfeedQueue, ReplicaFeed
-from models.loss_scaling import LossScaler, NonFiniteLossError, all_finite
+from ipu.runtime.emulation import PrecisionEmulation
+from ipu.runtime.replica import Replica, ReplicaResult
+from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
+from models.optim.loss_scaling import LossScaler, NonFiniteLossError, all_finite
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A replica receives its slice of the instance's batch, still uint8 as the host shipped it:
 ``images[A, M, H, W, C]`` and ``labels[A, M]`` (A gradient-accumulation micro-batches of M). On
-the "device" it normalises each micro-batch (``data.normalise``, the first operation), applies the
+the "device" it normalises each micro-batch (``ipu.runtime.normalise``, the first operation), applies the
 recipe's mixup and cutmix, runs forward and backward, and **adds** the gradients of
 ``loss_scale * mean_loss(micro-batch)`` into the engine's buffers (one view per parameter of the
 engine's flat buffer). The engine turns the sum into a mean over micro-batches and replicas.
@@ -14,7 +14,7 @@ micro-batch)``, so results do not depend on how replicas are spread over instanc
 
 Two implementations: :class:`SingleIpuReplica` (the whole model on one IPU) and
 :class:`PipelinedIpuReplica` (the model cut into stages on several IPUs, run by
-``ipu.pipelined_replica.PipelinedReplica``).
+``ipu.runtime.pipelined_replica.PipelinedReplica``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ from typing import Protocol
 
 import numpy as np
 
-from data.normalise import normalise
-from ipu.emulation import HalfRounder
-from ipu.streams import ReplicaFeed, array_feed
+from ipu.runtime.emulation import HalfRounder
+from ipu.runtime.mixing import Targets, cutmix, mixed_cross_entropy, mixup
+from ipu.runtime.normalise import normalise
+from ipu.runtime.streams import ReplicaFeed, array_feed
 from models.loss import softmax_cross_entropy
-
-Targets = list[tuple[float, np.ndarray]]  # (weight, labels) terms of a mixed target
 
 
 @dataclass
@@ -100,44 +99,6 @@ class DeviceOps:
         dlogits *= loss_scale
         correct = int(np.count_nonzero(logits.argmax(axis=1) == labels))
         return ReplicaResult(loss * len(labels), correct, len(labels)), dlogits
-
-
-def mixed_cross_entropy(logits: np.ndarray, targets: Targets, label_smoothing: float) -> tuple[float, np.ndarray]:
-    """Cross-entropy against a weighted sum of label sets: linear in the target, so the loss and
-    its gradient are the weighted sums of ``softmax_cross_entropy`` over the terms."""
-    total, grad = 0.0, None
-    for weight, labels in targets:
-        loss, d = softmax_cross_entropy(logits, labels, label_smoothing)
-        total += weight * loss
-        if grad is None:
-            grad = d * np.asarray(weight, d.dtype)
-        else:
-            grad += d * np.asarray(weight, d.dtype)
-    return total, grad
-
-
-def mixup(x: np.ndarray, targets: Targets, rng: np.random.Generator, alpha: float) -> tuple[np.ndarray, Targets]:
-    """``lam * x + (1 - lam) * x[perm]`` with lam ~ Beta(alpha, alpha) (Zhang et al. 2018)."""
-    lam = float(rng.beta(alpha, alpha))
-    perm = rng.permutation(len(x))
-    mixed = x * np.asarray(lam, x.dtype)
-    mixed += x[perm] * np.asarray(1.0 - lam, x.dtype)
-    return mixed, [(w * lam, y) for w, y in targets] + [(w * (1.0 - lam), y[perm]) for w, y in targets]
-
-
-def cutmix(x: np.ndarray, targets: Targets, rng: np.random.Generator, keep: float) -> tuple[np.ndarray, Targets]:
-    """Paste a box of ``1 - keep`` of the area from ``x[perm]`` (Yun et al. 2019, fixed lambda as in
-    Graphcore's ``cutmix_lambda``); label weights follow the area actually kept after clipping."""
-    n, h, w = x.shape[:3]
-    perm = rng.permutation(n)
-    cut_h, cut_w = int(round(h * np.sqrt(1.0 - keep))), int(round(w * np.sqrt(1.0 - keep)))
-    cy, cx = int(rng.integers(0, h)), int(rng.integers(0, w))
-    y0, y1 = max(cy - cut_h // 2, 0), min(cy + (cut_h + 1) // 2, h)
-    x0, x1 = max(cx - cut_w // 2, 0), min(cx + (cut_w + 1) // 2, w)
-    kept = 1.0 - (y1 - y0) * (x1 - x0) / (h * w)
-    out = x.copy()
-    out[:, y0:y1, x0:x1] = x[perm, y0:y1, x0:x1]
-    return out, [(wt * kept, y) for wt, y in targets] + [(wt * (1.0 - kept), y[perm]) for wt, y in targets]
 
 
 @contextlib.contextmanager
@@ -232,7 +193,7 @@ class SingleIpuReplica(_ReplicaBase):
 
 
 class PipelinedIpuReplica(_ReplicaBase):
-    """The model cut at ``splits`` into stages on their own IPUs (``ipu/pipelined_replica.py``).
+    """The model cut at ``splits`` into stages on their own IPUs (``ipu/runtime/pipelined_replica.py``).
 
     The pipeline needs every micro-batch's input up front, so all A are normalised and mixed
     first. Its recomputation re-runs forwards, which redraws dropout and drop-connect masks: with
@@ -241,7 +202,7 @@ class PipelinedIpuReplica(_ReplicaBase):
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
                  recompute: bool = True, half: HalfRounder | None = None) -> None:
-        from ipu.pipelined_replica import PipelinedReplica
+        from ipu.runtime.pipelined_replica import PipelinedReplica
 
         super().__init__(model, index, device, half)
         self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from models.optimizer_base import StateDict, check_keys, check_params
+from models.optim.optimizer_base import StateDict, check_keys, check_params
 from models.param import Param
 
 

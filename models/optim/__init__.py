@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from models.adam import Adam
-from models.momentum import MomentumSGD, lars_trust_ratio
-from models.optimizer_base import Optimizer
+from models.optim.adam import Adam
+from models.optim.momentum import MomentumSGD, lars_trust_ratio
+from models.optim.optimizer_base import Optimizer
 from models.param import Param
-from models.rmsprop import RMSPropTF
+from models.optim.rmsprop import RMSPropTF
 
 __all__ = [
     "OPTIMIZER_NAMES",

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from data.normalise import normalise
+from ipu.runtime.normalise import normalise
 
 
 def _images(shape=(2, 3, 4, 5, 3)):
