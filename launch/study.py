@@ -32,10 +32,10 @@ import numpy as np
 
 import poprun_py as popdist
 from launch import study_meta, study_report
-from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study, make_point,
-                               points_in_group, sweep_candidates, with_replicas)
-from launch.study_point import run_point
+from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
+                               make_point, points_in_group, sweep_candidates, with_replicas)
 from launch.study_meta import RESULTS, read_rows
+from launch.study_point import run_point
 from launch.study_surface import make_trajectories
 from launch.trajectory import SNAPSHOTS_FILE
 

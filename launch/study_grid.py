@@ -281,7 +281,8 @@ def with_replicas(study: Study, replicas: int) -> Study:
     return replace(study, replicas=replicas)
 
 
-def sweep_candidates(study: Study, group: Group, base_lr: float | None = None, base_batch: int | None = None) -> list[float]:
+def sweep_candidates(study: Study, group: Group, base_lr: float | None = None,
+                     base_batch: int | None = None) -> list[float]:
     """The rates a group trains: one (fixed or scaled) or a sweep's candidates."""
     rule = group.arm.lr
     centre = scaled_lr(rule.rule, rule.base_lr if base_lr is None else base_lr,

@@ -226,8 +226,8 @@ def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int
              + ", ".join(f"{a.label} (batches {', '.join(map(str, a.batches))}; lr {a.lr.mode})" for a in study.arms)
              + f"; seeds {', '.join(map(str, study.seeds))}; base config `{study.base}`.",
              f"- Target accuracy for the time-to-target columns: {100 * study.target_accuracy:.0f} % (checked at each "
-             "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target is "
-             "the run's CPU seconds pro rata by updates)."]
+             "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target "
+             "is the run's CPU seconds pro rata by updates)."]
     if data:
         lines.append(f"- Data: `{data['path']}`: {data['train_images']:,} training and {data['validation_images']:,} "
                      f"validation images {tuple(data['image_shape'])}, {data['classes']} classes.")

@@ -41,7 +41,8 @@ def trajectory_runs(study: Study, rows: list[dict], chosen: dict) -> list[dict]:
     return out
 
 
-def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, comm, dist, data_path: str) -> Path | None:
+def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, comm, dist,
+                      data_path: str) -> Path | None:
     """Compute the plane, the loss grid and the picture; returns the picture's path (instance 0)."""
     lead = dist.instance_index == 0
     runs = trajectory_runs(study, rows, chosen) if lead else []
