@@ -26,6 +26,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true", help="only write results.md and the pictures from the rows")
     p.add_argument("--docs", default=None, metavar="FILE.md", help="write a document over the named studies' "
                    "results (pictures copied next to it); trains nothing")
+    p.add_argument("--seeds", default=None, metavar="S,S,...",
+                   help="train only these of the study's seeds (e.g. 0: the first seed of every group first, "
+                   "the others in a later run that skips what is done)")
     p.add_argument("--retry-failed", action="store_true", help="train the points recorded as failed again")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
@@ -74,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for study, out in zip(studies, folders):
             if dist.is_set:
                 study = with_replicas(study, dist.num_total_replicas)
+            if args.seeds:
+                study = only_seeds(study, args.seeds)
             if args.report:
                 if dist.instance_index == 0:
                     print(study_report.write_report(study, out, read_rows(out)))
@@ -83,6 +89,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:  # bad study file, names or values: the message says what to fix
         logger.error("%s", err)
         return 2
+
+
+def only_seeds(study: Study, text: str) -> Study:
+    """The study restricted to the seeds in ``text`` (its first seed stays first: the sweeps use it)."""
+    try:
+        wanted = {int(s) for s in text.split(",") if s.strip()}
+    except ValueError:
+        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 0,1") from None
+    unknown = sorted(wanted - set(study.seeds))
+    if unknown or not wanted:
+        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has seeds {list(study.seeds)}")
+    if study.seeds[0] not in wanted:
+        raise ValueError(f"--seeds {text!r} must include the first seed {study.seeds[0]}: the sweeps train with it")
+    return replace(study, seeds=tuple(s for s in study.seeds if s in wanted))
 
 
 def default_out(study: Study) -> Path:

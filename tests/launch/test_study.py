@@ -153,3 +153,9 @@ def test_study_under_the_launcher_matches_one_process(tmp_path):
     assert b["status"] == "ok" and b["instances"] == 2
     assert b["final_val_accuracy"] == a["final_val_accuracy"]
     assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], abs=1e-6)
+
+
+def test_seeds_option_restricts_and_names_the_fix(tmp_path):
+    assert main(["sgd-vs-adam", "--quick", "--seeds", "1", "--out", str(tmp_path)]) == 2  # the sweeps need seed 0
+    assert main(["sgd-vs-adam", "--quick", "--seeds", "0,7", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / RESULTS).exists()
