@@ -68,6 +68,8 @@ def summarise(study: Study, rows: list[dict]) -> list[Summary]:
 
 def _chosen(g: Group, rows: list[dict]) -> tuple[float | None, str]:
     rule = g.arm.lr
+    if not rows:
+        return None, "not run"
     if rule.factors:
         pick = choose_lr([r for r in rows if r.get("phase") == "sweep"])
         if pick is None:
@@ -140,16 +142,23 @@ def claim_lines(study: Study, summaries: list[Summary], variant) -> list[str]:
         return ["Claim: not measured (missing runs)."]
     base = ref.mean("final_val_accuracy")
     gap = {s.group.arm.label: s.mean("final_val_accuracy") - base for s in mine if s is not ref and s.rows}
-    within = gap[claim.group.arm.label] >= -study.claim_points / 100
-    others = [k for k in gap if k != claim.group.arm.label]
-    behind = all(gap[k] < gap[claim.group.arm.label] for k in others)
+    name = claim.group.arm.label
+    within = gap[name] >= -study.claim_points / 100
+    missing = [s.group.arm.label for s in mine if s is not ref and s is not claim and not s.rows]
+    behind = all(gap[k] < gap[name] for k in gap if k != name)
+    if not within:
+        verdict = "does not hold"
+    elif missing:
+        verdict = "is not decided (" + ", ".join(missing) + " not measured)"
+    else:
+        verdict = "holds" if behind else "does not hold"
     gaps = ", ".join(f"{k} {100 * v:+.2f}" for k, v in gap.items())
-    holds = within and behind
-    return [f"Claim ({claim.group.arm.label} at batch {claim.group.batch} within {study.claim_points:g} points of "
+    seeds = min(len(ref.rows), len(claim.rows))
+    return [f"Claim ({name} at batch {claim.group.batch} within {study.claim_points:g} points of "
             f"{ref.group.arm.label} at batch {ref.group.batch}, the others further behind): gaps to the reference "
-            f"{gaps} points; within: {'yes' if within else 'no'}, others further behind: {'yes' if behind else 'no'} "
-            f"-> **{'holds' if holds else 'does not hold'}** under this schedule (means over "
-            f"{min(len(ref.rows), len(claim.rows))} seeds; compare the gaps with the seeds' standard deviations)."]
+            f"{gaps} points; within: {'yes' if within else 'no'}; the others measured further behind: "
+            f"{'yes' if behind else 'no'} -> **{verdict}** under this schedule (means over {seeds} "
+            f"seed{'s' if seeds != 1 else ''}; compare the gaps with the seeds' standard deviations)."]
 
 
 def sweep_table(study: Study, rows: list[dict]) -> list[str]:
@@ -160,6 +169,9 @@ def sweep_table(study: Study, rows: list[dict]) -> list[str]:
             continue
         swept = sorted((r for r in rows if r["id"].startswith(g.key + "/") and r.get("phase") == "sweep"),
                        key=lambda r: r["lr"])
+        if not swept:
+            lines.append(f"| {g.variant.label} | {g.arm.label} | {g.batch} | not run | - |")
+            continue
         pick = choose_lr(swept)
         cells = ", ".join(f"{r['lr']:.4g}: " + (pct(r["final_val_accuracy"]) if r.get("status") == "ok"
                                                  else "failed") for r in swept)
