@@ -85,7 +85,7 @@ def test_spec_errors_name_the_key():
 
 
 def test_shipped_studies_load():
-    assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (3 + 2)
+    assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (5 + 2)
     study = load_study("lars-large-batch")
     assert [a.batches for a in study.arms] == [(32,), (256,), (256,), (256,)]
     assert len(study.variants) == 3
