@@ -114,8 +114,9 @@ def plot_trajectories(surface: dict, path: str | Path, title: str) -> Path:
         cs = ax.contourf(surface["xs"], surface["ys"], shown, levels=20, cmap="viridis", alpha=0.85)
         ax.contour(surface["xs"], surface["ys"], shown, levels=20, colors="k", linewidths=0.3, alpha=0.5)
         fig.colorbar(cs, ax=ax, label="log10 validation loss")
-    colours = plt.cm.autumn(np.linspace(0, 0.9, max(len(surface["paths"]), 1)))
+    colours = plt.cm.tab10(np.arange(len(surface["paths"])) % 10)
     for colour, label, xy in zip(colours, surface["labels"], surface["paths"]):
+        ax.plot(xy[:, 0], xy[:, 1], "-", color="white", lw=3.6, alpha=0.8)
         ax.plot(xy[:, 0], xy[:, 1], "-", color=colour, lw=1.8, label=label)
         ax.plot(xy[0, 0], xy[0, 1], "o", color="white", mec="k", ms=8)
         ax.plot(xy[-1, 0], xy[-1, 1], "*", color=colour, mec="k", ms=14)
