@@ -19,7 +19,7 @@ from launch import study_plots
 from launch.study_grid import Group, Study, choose_lr, groups, slug
 from launch.study_meta import data_description, read_meta, read_rows
 from launch.study_point import to_target
-from launch.study_surface import PICTURE
+from launch.study_surface import PICTURE, redraw
 
 RESULTS_MD = "results.md"
 
@@ -265,7 +265,7 @@ def write_report(study: Study, out: Path, rows: list[dict]) -> Path:
     """``out/results.md`` and the pictures next to it."""
     out.mkdir(parents=True, exist_ok=True)
     pictures = study_plots.plot_all(study, summarise(study, rows), out)
-    if (out / PICTURE).exists():
+    if study.trajectory is not None and redraw(study, out) is not None:
         pictures.append(out / PICTURE)
     links = {p.stem: p.name for p in pictures}
     path = out / RESULTS_MD

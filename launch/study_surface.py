@@ -93,6 +93,13 @@ def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, c
     if not lead:
         return None
     save_surface(out / SURFACE, shared, labels, coords, xs, ys, losses)
-    arm = study.arm(spec.arm)
-    title = f"{study.title}: {arm.label}, seed {spec.seed}, {study.variants[0].label}"
+    return redraw(study, out)
+
+
+def redraw(study: Study, out: Path) -> Path | None:
+    """The picture from the saved surface (no training, no evaluation); None without one."""
+    if not (out / SURFACE).exists():
+        return None
+    spec = study.trajectory
+    title = f"{study.title}: {study.arm(spec.arm).label}, seed {spec.seed}, {study.variants[0].label}"
     return plot_trajectories(load_surface(out / SURFACE), out / PICTURE, title)
