@@ -34,7 +34,7 @@ import numpy as np
 import poprun_py as popdist
 from launch import study_meta, study_report
 from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
-                               make_point, points_in_group, sweep_candidates, with_replicas)
+                               make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
 from launch.study_meta import RESULTS, read_rows
 from launch.study_point import run_point
 from launch.study_surface import make_trajectories
@@ -151,17 +151,13 @@ class StudyRun:
 
     def run_group(self, group: Group) -> None:
         study, rule = self.study, group.arm.lr
-        base_lr = base_batch = None
-        if rule.from_arm:
-            source = study.arm(rule.from_arm)
-            base_batch = rule.base_batch or source.batches[0]
-            base_lr = self.chosen.get(Group(group.variant, source, base_batch).key)
-            if base_lr is None:
-                for seed in study.seeds:
-                    self.skip(make_point(study, group, rule.base_lr, seed, "seeds"),
-                              f"arm {source.name!r} at batch {base_batch} has no chosen rate to scale from")
-                self.chosen[group.key] = None
-                return
+        base_lr, base_batch, source = scaling_source(study, group, self.chosen)
+        if source and base_lr is None:
+            for seed in study.seeds:
+                self.skip(make_point(study, group, rule.base_lr, seed, "seeds"),
+                          f"{source} has no chosen rate to scale from")
+            self.chosen[group.key] = None
+            return
         candidates = sweep_candidates(study, group, base_lr, base_batch)
         seeds = study.seeds
         if rule.factors:

@@ -290,6 +290,18 @@ def sweep_candidates(study: Study, group: Group, base_lr: float | None = None,
     return [float(f"{centre * f:.6g}") for f in rule.factors] if rule.factors else [float(f"{centre:.6g}")]
 
 
+def scaling_source(study: Study, group: Group, chosen: dict[str, float | None]) -> tuple[float | None, int | None, str]:
+    """(base_lr, base_batch, source group key) a ``from_arm`` group scales from, given the rates chosen
+    so far; (None, None, "") for any other group. base_lr is None while the source has no rate."""
+    rule = group.arm.lr
+    if not rule.from_arm:
+        return None, None, ""
+    source = study.arm(rule.from_arm)
+    base_batch = rule.base_batch or source.batches[0]
+    key = Group(group.variant, source, base_batch).key
+    return chosen.get(key), base_batch, key
+
+
 def make_point(study: Study, group: Group, lr: float, seed: int, phase: str) -> Point:
     micro, accum = split_batch(group.batch, study.replicas, study.max_micro_batch)
     return Point(group, lr, seed, phase, micro, accum, study.replicas)
@@ -329,4 +341,5 @@ def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) ->
 
 __all__ = ["Arm", "Group", "LrRule", "Point", "Study", "TrajectorySpec", "Variant", "choose_lr", "count_points",
            "groups", "load_study", "make_point", "point_overrides", "points_in_group", "pod_split", "scaled_lr",
+           "scaling_source",
            "split_batch", "sweep_candidates", "with_replicas"]

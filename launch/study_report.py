@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from launch import study_plots
-from launch.study_grid import Group, Study, choose_lr, groups, slug
+from launch.study_grid import Group, Study, choose_lr, groups, scaling_source, sweep_candidates
 from launch.study_meta import data_description, read_meta, read_rows
 from launch.study_point import to_target
 from launch.study_surface import PICTURE, redraw
@@ -57,16 +57,19 @@ def retarget(study: Study, rows: list[dict]) -> list[dict]:
 
 def summarise(study: Study, rows: list[dict]) -> list[Summary]:
     rows = retarget(study, rows)
-    out = []
+    out, chosen = [], {}
     for g in groups(study):
         mine = [r for r in rows if r["id"].startswith(g.key + "/")]
-        lr, note = _chosen(g, mine)
+        lr, note = _chosen(study, g, mine, chosen)
+        chosen[g.key] = lr
         ok = tuple(sorted((r for r in mine if r.get("status") == "ok" and r["lr"] == lr), key=lambda r: r["seed"]))
         out.append(Summary(g, lr, note, ok, sum(1 for r in mine if r.get("status") != "ok")))
     return out
 
 
-def _chosen(g: Group, rows: list[dict]) -> tuple[float | None, str]:
+def _chosen(study: Study, g: Group, rows: list[dict], chosen: dict) -> tuple[float | None, str]:
+    """The group's rate as the study run decides it: a sweep's winner, or the fixed or scaled rate
+    (from the source arm's chosen rate for ``from_arm``)."""
     rule = g.arm.lr
     if not rows:
         return None, "not run"
@@ -75,9 +78,11 @@ def _chosen(g: Group, rows: list[dict]) -> tuple[float | None, str]:
         if pick is None:
             return None, "sweep: no candidate finished"
         return pick[0], "sweep" + (" (edge)" if pick[1] else "")
-    rates = {r["lr"] for r in rows}
+    base_lr, base_batch, source = scaling_source(study, g, chosen)
     note = rule.rule + (f" from {rule.from_arm}" if rule.from_arm else "")
-    return (rates.pop() if len(rates) == 1 else None), note
+    if source and base_lr is None:
+        return None, note + ": no rate to scale from"
+    return sweep_candidates(study, g, base_lr, base_batch)[0], note
 
 
 # -- markdown --------------------------------------------------------------------------------
