@@ -79,10 +79,9 @@ def plot_curves(study: Study, summaries, variant, path: Path) -> Path:
     return _save(fig, path, f"{study.title}: {variant.label} (mean ± std over seeds)")
 
 
-def plot_final_accuracy(study: Study, summaries, path: Path) -> Path:
+def plot_final_accuracy(study: Study, summaries, path: Path, variants) -> Path:
     """Final validation accuracy against the global batch size, one line per arm, a panel per variant."""
     plt = _plt()
-    variants = study.variants
     fig, axes = plt.subplots(1, len(variants), figsize=(5.5 * len(variants), 4.2), squeeze=False, sharey=True)
     for ax, variant in zip(axes[0], variants):
         for i, arm in enumerate(study.arms):
@@ -129,8 +128,11 @@ def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
 
 
 def plot_all(study: Study, summaries, out: Path) -> list[Path]:
-    """Every picture of the study into ``out``; their paths."""
-    paths = [plot_curves(study, summaries, v, out / f"curves-{slug(v.label)}.png") for v in study.variants]
-    paths.append(plot_final_accuracy(study, summaries, out / "final_accuracy.png"))
+    """Every picture of the study into ``out`` (variants without a finished run get none); their paths."""
+    for old in out.glob("curves-*.png"):
+        old.unlink()
+    measured = [v for v in study.variants if any(s.rows for s in summaries if s.group.variant == v)]
+    paths = [plot_curves(study, summaries, v, out / f"curves-{slug(v.label)}.png") for v in measured]
+    paths.append(plot_final_accuracy(study, summaries, out / "final_accuracy.png", measured or study.variants[:1]))
     paths.append(plot_time_to_target(study, summaries, out / "time_to_target.png"))
     return paths

@@ -292,6 +292,7 @@ def write_docs(studies: list[Study], folders: list[Path], path: Path, command: s
             raise ValueError(f"study {study.name!r} has no results in {out}: run python -m launch.study {study.name}")
         write_report(study, out, rows)
         target = path.parent / path.stem / study.name
+        shutil.rmtree(target, ignore_errors=True)  # pictures of an earlier version of the grid go
         target.mkdir(parents=True, exist_ok=True)
         links = {}
         for png in sorted(out.glob("*.png")):
