@@ -1,23 +1,29 @@
-"""``python -m ipu predict``: memory fit and predicted POD cost of a named configuration, no training.
+"""``python -m ipu``: memory fit, predicted POD cost, per-layer profile and validation, no training.
 
-    python -m ipu predict --preset g16-b4-pod64
-    python -m ipu predict --all --report-dir out/   # also writes memory and timeline PNGs
+    python -m ipu predict --preset g16-b4-pod64 [--chip bow] [--json]
+    python -m ipu predict --all --chip mk2 --report-dir out/   # also writes memory and timeline PNGs
+    python -m ipu profile --preset g16-b4-pod256 --chip mk2 --out docs/img   # table + PNG
+    python -m ipu validate                                      # ResNet-50 vs public figures
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ipu.cost import Prediction, predict
-from ipu.memory import fit, out_of_memory_message
+from ipu.memory import MemoryPlan, fit, out_of_memory_message
 from ipu.memory_report import format_memory_report, plot_memory_report
 from ipu.pipeline import replica_schedule
-from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
+from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
+from ipu.specs import CHIPS
 from ipu.timeline import format_timeline, plot_timeline
+
+JSON_SCHEMA = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,24 +33,101 @@ def build_parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--preset", choices=sorted(PRESETS), help="a named configuration")
     which.add_argument("--all", action="store_true", help="every preset")
-    p.add_argument("--chip", choices=["mk1", "mk2", "bow"], help="override the preset's IPU")
     p.add_argument("--epochs", type=float, help="epochs for the time to train (default: the preset's)")
     p.add_argument("--report-dir", type=Path, help="write memory_<preset>.png and timeline_<preset>.png here")
+    q = sub.add_parser("profile", help="per-layer cycles of a preset by IPU, pass and category (table + PNG)")
+    q.add_argument("--preset", choices=sorted(PRESETS), required=True, help="a named configuration")
+    q.add_argument("--out", type=Path, default=Path("."), help="directory for profile_<preset>_<chip>.png")
+    q.add_argument("--top", type=int, default=25, help="layers per IPU in the table, most expensive first (0: all)")
+    v = sub.add_parser("validate", help="compare predictions with public ResNet-50 measurements")
+    for s in (p, q, v):
+        s.add_argument("--chip", choices=sorted(CHIPS), help="the IPU (default: the preset's; validate: all)")
+        s.add_argument("--json", action="store_true", help="print the figures as JSON (a stable interface)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "profile":
+        return _profile(args)
+    if args.command == "validate":
+        return _validate(args)
     names = sorted(PRESETS) if args.all else [args.preset]
     if args.report_dir:
         args.report_dir.mkdir(parents=True, exist_ok=True)
+    out = []
     for name in names:
-        plan = get_preset(name)
-        if args.chip:
-            plan = replace(plan, chip=args.chip)
-        print(describe(name, plan, args.epochs, args.report_dir))
+        plan = _with_chip(get_preset(name), args.chip)
+        if args.json:
+            out.append(prediction_dict(name, plan, args.epochs))
+        else:
+            print(describe(name, plan, args.epochs, args.report_dir))
+    if args.json:
+        print(json.dumps({"schema": JSON_SCHEMA, "predictions": out}, indent=1))
     return 0
+
+
+def _with_chip(plan: IpuPlan, chip: str | None) -> IpuPlan:
+    return replace(plan, chip=chip) if chip else plan
+
+
+def _profile(args) -> int:
+    from ipu.profile import format_profile, profile_dict
+    from ipu.profile_plot import plot_profile
+
+    plan = _with_chip(get_preset(args.preset), args.chip)
+    prediction = predict(plan, load_profile(plan))
+    png = plot_profile(args.preset, prediction, args.out / f"profile_{args.preset}_{plan.chip}.png")
+    if args.json:
+        print(json.dumps({**profile_dict(args.preset, prediction), "png": str(png)}, indent=1))
+    else:
+        print(format_profile(args.preset, prediction, top=args.top or None))
+        print(f"wrote {png}")
+    return 0
+
+
+def _validate(args) -> int:
+    from ipu.validation import comparisons, format_comparisons
+
+    rows = comparisons(args.chip)
+    if args.json:
+        print(json.dumps({"schema": JSON_SCHEMA, "comparisons": [
+            {"preset": c.figure.preset, "chip": c.figure.chip, "quantity": c.figure.quantity,
+             "predicted": c.predicted, "predicted_without_host_io": c.predicted_without_host_io,
+             "published": c.figure.value, "ratio": c.ratio, "source": c.figure.source, "note": c.figure.note}
+            for c in rows]}, indent=1))
+    else:
+        print(format_comparisons(rows))
+    return 0
+
+
+def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None) -> dict:
+    """One preset's prediction and memory fit as plain data (the ``--json`` interface)."""
+    profile = load_profile(plan)
+    memory = fit(plan, profile)
+    p = predict(plan, profile)
+    epochs = plan.epochs if epochs is None else epochs
+    out = {
+        "preset": name, "model": plan.model, "chip": plan.chip, "system": plan.system, "replicas": plan.replicas,
+        "ipus_per_replica": plan.ipus_per_replica, "micro_batch": plan.micro_batch,
+        "gradient_accumulation": plan.gradient_accumulation, "global_batch": plan.global_batch,
+        "precision": plan.precision, "step_time_s": p.step_time_s, "images_per_s": p.images_per_s,
+        "epochs": epochs, "time_to_train_h": p.time_to_train_s(epochs) / 3600, "utilisation": p.utilisation(),
+        "flops_per_image": p.flops_per_image, "breakdown_s": dict(p.breakdown),
+        "host_io_total_s": p.host_io_total_s, "io_overlapped": p.io_overlapped,
+        "stages": [{"ipu": s.ipu, **{k.lower() + "_s": v for k, v in s.seconds().items()},
+                    "cycles_per_micro_batch": s.per_micro_batch.as_dict(),
+                    "compute_sets_per_micro_batch": s.per_micro_batch.compute_sets,
+                    "optimizer_s": s.optimizer_s} for s in p.stages],
+        "memory": {"fits": memory.fits, "peak_tile_bytes": [m.peak_tile_bytes for m in memory.ipus],
+                   "memory_per_tile": plan.pod.chip.memory_per_tile},
+    }
+    published = PUBLISHED_HOURS_TO_TRAIN.get(name) if plan.chip == PUBLISHED_CHIP else None
+    if published:
+        out["published_hours"] = published
+        out["published_over_predicted"] = published / (p.time_to_train_s() / 3600)
+    return out
 
 
 def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: Path | None = None) -> str:
@@ -59,30 +142,35 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
              f"precision {plan.precision}, recompute {plan.recompute}, AMP {plan.available_memory_proportion}, "
              f"IO tiles {plan.num_io_tiles}, hosts {plan.num_hosts}",
              "-- memory fit (per IPU of one replica)", format_memory_report(memory)]
-    for ipu in memory.ipus:
-        if not ipu.fits:
-            lines.append(out_of_memory_message(ipu, plan))
+    lines += _oom_lines(memory, plan)
     lines.append("-- predicted cost on a real POD" + ("" if memory.fits else " (hypothetical: the program does not fit)"))
     lines.append(format_prediction(prediction, epochs))
-    published = PUBLISHED_HOURS_TO_TRAIN.get(name)
+    published = PUBLISHED_HOURS_TO_TRAIN.get(name) if plan.chip == PUBLISHED_CHIP else None
     if published:
         hours = prediction.time_to_train_s() / 3600
         lines.append(f"published: {published} h to train -> published/predicted = {published / hours:.2f}")
     if report_dir:
-        shown = min(plan.gradient_accumulation, 2 * plan.ipus_per_replica)  # a readable number of micro-batches
-        schedule = replica_schedule(plan.schedule, plan.ipus_per_replica, shown, plan.recompute)
+        shown = min(plan.gradient_accumulation, 2 * plan.num_stages)  # a readable number of micro-batches
+        schedule = replica_schedule(plan.schedule, plan.num_stages, shown, plan.recompute, plan.device_mapping)
         plot_memory_report(memory, report_dir / f"memory_{name}.png")
         plot_timeline(schedule, prediction.stage_costs, report_dir / f"timeline_{name}.png")
         lines.append(format_timeline(schedule))
     return "\n".join(lines)
 
 
+def _oom_lines(memory: MemoryPlan, plan: IpuPlan) -> list[str]:
+    return [out_of_memory_message(ipu, plan) for ipu in memory.ipus if not ipu.fits]
+
+
 def format_prediction(p: Prediction, epochs: float | None = None) -> str:
     step = p.step_time_s
     parts = ", ".join(f"{k} {v * 1e3:.2f} ms ({100 * v / step:.0f}%)" for k, v in p.breakdown.items())
     epochs = p.plan.epochs if epochs is None else epochs
+    stages = "; ".join(f"IPU {s.ipu} {sum(s.seconds().values()) * 1e3:.2f} ms ({s.per_micro_batch.compute_sets} "
+                       f"compute sets)" for s in p.stages)
     return (
         f"step (one weight update) {step * 1e3:.2f} ms: {parts}\n"
+        f"per micro-batch: {stages}\n"
         f"host IO {p.host_io_total_s * 1e3:.2f} ms per update, "
         f"{'overlapped with' if p.io_overlapped else 'added to'} compute\n"
         f"throughput {p.images_per_s:,.0f} images/s for the POD ({p.utilisation():.1%} of peak FLOP/s, "

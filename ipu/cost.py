@@ -1,16 +1,18 @@
-"""What a run would take on a real IPU-POD, from first principles and the spec facts.
+"""What a run would take on a real IPU-POD, from how Poplar compiles and runs the graph.
 
-Per micro-batch and pipeline stage: compute cycles per layer from its FLOPs at the tile rate
-(accumulating matrix units for convolutions and matrix products, the vector unit for the rest),
-plus on-chip exchange of the layer's input and the bulk-synchronous syncs of its compute sets.
-Per weight update: the pipeline schedule's supersteps (``timeline.slot_durations``: ramp-up and
-ramp-down included), the host IO of the micro-batches (uint8 or float over the host link,
-hidden behind compute when IO tiles overlap it), the gradient all-reduce as a ring over the
-IPU-Links of each IPU-Link domain and the GW-Links between domains, and the optimizer step.
+Per micro-batch and pipeline stage: every layer's forward, input-gradient and weight-gradient
+work as Poplar builds it (``ipu.layer_costs``: planned convolutions and matrix products,
+vector ops by codelet), each compute set paying a sync and an exchange phase
+(``ipu.bsp``), plus the gradient-accumulator add (``ipu.update_costs``) and the activation
+transfer to the next stage. Per weight update: the pipeline schedule's supersteps
+(``timeline.slot_durations``: ramp-up and ramp-down included), the host IO of the
+micro-batches (hidden behind compute when IO tiles overlap it), the gradient all-reduce as a
+ring over the IPU-Links of each IPU-Link domain and the GW-Links between domains, the
+optimizer per weight tensor, and the host round trip per device-iteration call.
 
-Every efficiency factor is a named constant below. They are assumptions chosen a priori from
-the hardware description, not fitted to Graphcore's published results; ``docs/ipu.md`` compares
-the outcome with those results.
+Constants are named where they are used; ``docs/ipu.md`` lists each with its source (a
+poplibs file and function, a datasheet, a paper) or marks it as an assumption. None is
+fitted to a published end-to-end figure.
 """
 
 from __future__ import annotations
@@ -18,41 +20,71 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ipu.bsp import CATEGORIES, Cycles
+from ipu.layer_costs import DeviceContext, LayerCost, layer_cost, workload_for
 from ipu.pipeline import StageSplit, replica_schedule, split_stages
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
 from ipu.schedule import recomputes
-from ipu.specs import IpuSpec, PodSpec
+from ipu.specs import PodSpec, get_chip
 from ipu.timeline import slot_durations
+from ipu.update_costs import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
 from models.profile import LayerProfile
 
-AMP_EFFICIENCY = 0.3  # fraction of matrix-unit peak a Poplar conv/matmul plan reaches at AMP 0.6
-# (small, grouped and 1x1 convolutions at micro-batch 3 spread thinly over 1472 tiles)
-AMP_REFERENCE_PROPORTION = 0.6  # the available memory proportion AMP_EFFICIENCY refers to
-AMP_SPEED_EXPONENT = 0.25  # efficiency scales as (AMP / 0.6) ** 0.25: less workspace, slower plans
-VECTOR_EFFICIENCY = 0.5  # fraction of the vector unit's peak for element-wise work and depthwise convs
-EXCHANGE_EFFICIENCY = 0.5  # fraction of on-chip exchange bandwidth a layer's input redistribution gets
-COMPUTE_SETS_FWD = 2  # compute sets (each ending in a sync) per layer, forward
-COMPUTE_SETS_BWD = 4  # backward: input gradient, weight gradient and their reductions
-SYNC_CYCLES = 150  # one on-chip bulk-synchronous sync
-VERTEX_OVERHEAD_CYCLES = 400  # per compute set: supervisor launches workers, vertex loop set-up
-IPU_SYNC_S = 2e-6  # a sync across the IPUs of a replica, once per pipeline slot
-INTER_STAGE_LINKS = 2  # IPU-Links carrying activations between adjacent pipeline stages
-LINK_EFFICIENCY = 0.7  # fraction of IPU-Link / GW-Link bandwidth a transfer achieves
-ALLREDUCE_RING_LINKS = 2  # IPU-Links each IPU drives in the all-reduce ring
-ALLREDUCE_STEP_LATENCY_S = 2e-6  # fixed cost of one ring step (sync + descriptor setup)
-HOST_LINK_EFFICIENCY = 0.7  # fraction of the host link / host NIC bandwidth streaming achieves
-OPTIMIZER_FLOPS_PER_PARAM = 12  # LARS/momentum update incl. norms and weight decay, vector rate
+IPU_SYNC_S = 2e-6  # assumed: a sync across the IPUs of a replica, once per pipeline slot
+INTER_STAGE_LINKS = 2  # assumed: IPU-Links carrying activations between adjacent pipeline stages
+LINK_EFFICIENCY = 0.7  # assumed: fraction of IPU-Link / GW-Link bandwidth a transfer achieves
+ALLREDUCE_RING_LINKS = 2  # assumed: IPU-Links each IPU drives in the all-reduce ring
+ALLREDUCE_STEP_LATENCY_S = 2e-6  # assumed: fixed cost of one ring step (sync + descriptor setup)
+HOST_LINK_EFFICIENCY = 0.7  # assumed: fraction of the host link / host NIC bandwidth streaming achieves
+BREAKDOWN = (*CATEGORIES, "pipeline_bubble", "host_io", "all_reduce", "weight_update", "host_call")
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One IPU (pipeline stage): its layers' cycles per micro-batch and its per-update work."""
+
+    ipu: int
+    layers: tuple[LayerCost, ...]
+    recompute: bool
+    send_s: float  # activations (forward) or gradients (backward) to the neighbouring stage
+    accumulate: Cycles  # per micro-batch
+    optimizer: dict[str, Cycles]  # per weight update
+    clock_hz: float
+
+    @property
+    def fwd(self) -> Cycles:
+        return sum((c.fwd for c in self.layers), Cycles())
+
+    @property
+    def bwd(self) -> Cycles:
+        return sum((c.bwd for c in self.layers), Cycles()) + self.accumulate
+
+    @property
+    def per_micro_batch(self) -> Cycles:
+        return self.fwd + self.bwd + (self.fwd if self.recompute else Cycles())
+
+    def seconds(self) -> dict[str, float]:
+        """The schedule's operations on this stage, in seconds: FWD, RECOMP (if any), BWD."""
+        out = {"FWD": self.fwd.total / self.clock_hz + self.send_s, "BWD": self.bwd.total / self.clock_hz + self.send_s}
+        if self.recompute:
+            out["RECOMP"] = self.fwd.total / self.clock_hz
+        return out
+
+    @property
+    def optimizer_s(self) -> float:
+        return sum(c.total for c in self.optimizer.values()) / self.clock_hz
 
 
 @dataclass(frozen=True)
 class Prediction:
     """Predicted time of one weight update on the real POD, and what follows from it.
 
-    ``breakdown`` (seconds per weight update) sums to ``step_time_s``: ``compute`` and
-    ``exchange_sync`` of the bottleneck stage over all micro-batches, ``pipeline_bubble`` (the
-    ramp-up/down and stage imbalance beyond that), ``host_io`` (the part not hidden behind
-    compute), ``all_reduce`` and ``weight_update``.
+    ``breakdown`` (seconds per weight update) sums to ``step_time_s``: the bottleneck stage's
+    matrix, vector, exchange and sync time over all micro-batches, the ``pipeline_bubble``
+    (ramp-up/down and stage imbalance beyond that), ``host_io`` (the part not hidden behind
+    compute), ``all_reduce``, ``weight_update`` (the optimizer on the busiest IPU) and
+    ``host_call`` (the host round trip, per device-iteration call, spread over its updates).
     """
 
     plan: IpuPlan
@@ -62,6 +94,7 @@ class Prediction:
     host_io_total_s: float  # all host IO of the update, hidden or not
     io_overlapped: bool
     flops_per_image: float
+    stages: tuple[StageCost, ...] = ()
 
     @property
     def step_time_s(self) -> float:
@@ -83,76 +116,77 @@ class Prediction:
         return self.flops_per_image * self.images_per_s / peak
 
 
+def device_context(plan: IpuPlan) -> DeviceContext:
+    """The IPU every stage of ``plan`` runs on."""
+    half = get_precision(plan.precision).half_compute
+    return DeviceContext(get_chip(plan.chip), get_chip(plan.chip).tiles - plan.num_io_tiles,
+                         plan.available_memory_proportion, half, half and plan.half_partials,
+                         workload_for(plan.model))
+
+
 def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     """The predicted cost of ``plan``; ``profile`` is the model's profile at ``plan.micro_batch``."""
     pod = plan.pod
-    spec = pod.chip
-    split = split_stages(profile, plan.ipus_per_replica, plan.pipeline_splits)
-    stage_costs, compute, exchange = _stage_costs(plan, spec, profile, split)
-    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute)
-    pipeline_s = sum(slot_durations(schedule, stage_costs, sync_s=IPU_SYNC_S if split.num_stages > 1 else 0.0))
-    per_mb = [sum(c.values()) for c in stage_costs]
-    worst = max(range(len(per_mb)), key=per_mb.__getitem__)
+    split = split_stages(profile, plan.num_stages, plan.pipeline_splits)
+    stages = stage_costs(plan, profile, split)
+    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
+                                plan.device_mapping)
+    seconds = [s.seconds() for s in stages]
+    pipeline_s = sum(slot_durations(schedule, seconds, sync_s=IPU_SYNC_S if split.num_stages > 1 else 0.0))
+    per_mb = [sum(c.values()) for c in seconds]
+    per_ipu = _per_ipu(schedule, per_mb)  # stages sharing an IPU (device_mapping) add up on it
+    worst = max(range(len(per_ipu)), key=per_ipu.__getitem__)
     n = plan.gradient_accumulation
+    clock = pod.chip.clock_hz
     io_total = _host_io_s(plan, pod)
     overlapped = plan.num_io_tiles > 0 and (plan.ipus_per_replica == 1 or plan.schedule == "grouped")
-    breakdown = {
-        "compute": n * compute[worst],
-        "exchange_sync": n * exchange[worst],
-        "pipeline_bubble": pipeline_s - n * per_mb[worst],
-        "host_io": max(0.0, io_total - pipeline_s) if overlapped else io_total,
-        "all_reduce": _all_reduce_s(plan, pod, profile, split),
-        "weight_update": _weight_update_s(plan, spec, profile, split),
-    }
+    breakdown = dict.fromkeys(CATEGORIES, 0.0)
+    for busiest in (s for s in stages if schedule.ipu_of(s.ipu) == worst):
+        for category, cycles in busiest.per_micro_batch.as_dict().items():
+            breakdown[category] += n * cycles / clock
+        breakdown["exchange"] += n * 2 * busiest.send_s  # activations out, gradients back
+    breakdown["pipeline_bubble"] = max(0.0, pipeline_s - n * per_ipu[worst])
+    breakdown["host_io"] = max(0.0, io_total - pipeline_s) if overlapped else io_total
+    breakdown["all_reduce"] = _all_reduce_s(plan, pod, profile, split)
+    breakdown["weight_update"] = max(_per_ipu(schedule, [s.optimizer_s for s in stages]))
+    breakdown["host_call"] = HOST_CALL_S / plan.device_iterations
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
     flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage)
                  if recomputes(s, split.num_stages, plan.recompute)) / plan.micro_batch
-    return Prediction(plan, breakdown, tuple(per_mb), tuple(stage_costs), io_total, overlapped, flops)
+    return Prediction(plan, breakdown, tuple(per_mb), tuple(seconds), io_total, overlapped, flops, tuple(stages))
 
 
-def layer_seconds(
-    layer: LayerProfile, spec: IpuSpec, compute_tiles: int, half: bool, amp: float
-) -> tuple[float, float, float, float]:
-    """(forward compute, forward exchange+sync, backward compute, backward exchange+sync) of one layer."""
-    if layer.matmul:
-        per_cycle = spec.amp_fp16_flops_per_cycle if half else spec.amp_fp32_flops_per_cycle
-        efficiency = AMP_EFFICIENCY * (amp / AMP_REFERENCE_PROPORTION) ** AMP_SPEED_EXPONENT
-    else:
-        per_cycle = spec.vector_fp16_flops_per_cycle if half else spec.vector_fp32_flops_per_cycle
-        efficiency = VECTOR_EFFICIENCY
-    rate = compute_tiles * per_cycle * spec.clock_hz * efficiency
-    move = layer.saved_elems * (2 if half else 4) / (spec.exchange_bytes_per_s * EXCHANGE_EFFICIENCY)
-    sync = (SYNC_CYCLES + VERTEX_OVERHEAD_CYCLES) / spec.clock_hz
-    return (layer.flops_fwd / rate, move + COMPUTE_SETS_FWD * sync,
-            layer.flops_bwd / rate, 2 * move + COMPUTE_SETS_BWD * sync)
+def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
+    """Stage values summed per IPU of ``schedule.device_mapping`` (unchanged with one stage per IPU)."""
+    out = [0.0] * schedule.num_ipus
+    for s, value in enumerate(per_stage):
+        out[schedule.ipu_of(s)] += value
+    return out
 
 
-def _stage_costs(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfile], split: StageSplit):
-    """Per stage: {"FWD", "RECOMP", "BWD"} seconds, and compute / exchange+sync totals per micro-batch."""
-    half = get_precision(plan.precision).half_compute
-    tiles = spec.tiles - plan.num_io_tiles
-    act_bytes = 2 if half else 4
+def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[StageCost]:
+    """Every stage's layer costs (one micro-batch) and per-update work."""
+    ctx = device_context(plan)
+    mode = get_precision(plan.precision)
+    act_bytes = mode.activation_bytes
+    spec = ctx.spec
     link_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * INTER_STAGE_LINKS * LINK_EFFICIENCY
-    costs, compute, exchange = [], [], []
+    out = []
     for s in range(split.num_stages):
         layers = split.layers(profile, s)
-        parts = [layer_seconds(layer, spec, tiles, half, plan.available_memory_proportion) for layer in layers]
-        fc, fx, bc, bx = (sum(p[i] for p in parts) for i in range(4))
+        costs = tuple(layer_cost(layer, ctx, first=(s == 0 and i == 0)) for i, layer in enumerate(layers))
         send = layers[-1].activation_elems * act_bytes / link_bw if s < split.num_stages - 1 else 0.0
-        recompute = recomputes(s, split.num_stages, plan.recompute)
-        cost = {"FWD": fc + fx + send, "BWD": bc + bx + send}
-        if recompute:
-            cost["RECOMP"] = fc + fx
-        costs.append(cost)
-        compute.append(fc + bc + (fc if recompute else 0.0))
-        exchange.append(fx + bx + 2 * send + (fx if recompute else 0.0))
-    return costs, compute, exchange
+        tensors = weight_tensors(layers)
+        acc = accumulate(tensors, ctx, mode.accumulator_bytes == 2) if plan.gradient_accumulation > 1 else Cycles()
+        out.append(StageCost(s, costs, recomputes(s, split.num_stages, plan.recompute), send, acc,
+                             optimizer_step(tensors, ctx, plan.optimizer, plan.precision), spec.clock_hz))
+    return out
 
 
 def _host_io_s(plan: IpuPlan, pod: PodSpec) -> float:
     """Streaming one update's micro-batches to every replica over the slower of host link and NICs."""
     pixel_bytes = 1 if plan.eight_bit_io else get_precision(plan.precision).activation_bytes
-    per_replica = plan.gradient_accumulation * plan.micro_batch * plan.image_size**2 * 3 * pixel_bytes
+    per_replica = plan.gradient_accumulation * plan.image_elems * pixel_bytes
     link = pod.chip.host_link_bytes_per_s
     nics = pod.host_bytes_per_s(plan.num_hosts) / plan.replicas
     return per_replica / (min(link, nics) * HOST_LINK_EFFICIENCY)
@@ -164,9 +198,10 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     if r == 1:
         return 0.0
     grad_bytes = get_precision(plan.precision).accumulator_bytes
-    stage_bytes = [
-        sum(layer.params for layer in split.layers(profile, s)) * grad_bytes for s in range(split.num_stages)
-    ]
+    mapping = plan.device_mapping or tuple(range(split.num_stages))
+    stage_bytes = [0] * (1 + max(mapping))  # per IPU: the stages device_mapping puts on it
+    for s in range(split.num_stages):
+        stage_bytes[mapping[s]] += sum(layer.params for layer in split.layers(profile, s)) * grad_bytes
     spec = pod.chip
     ring_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * ALLREDUCE_RING_LINKS * LINK_EFFICIENCY
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))
@@ -177,14 +212,6 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     gw_bw = pod.gw_link_bytes_per_s * LINK_EFFICIENCY
     t_outer = 2 * (domains - 1) / domains * sum(stage_bytes) / gw_bw + 2 * (domains - 1) * ALLREDUCE_STEP_LATENCY_S
     return t_inner + t_outer
-
-
-def _weight_update_s(plan: IpuPlan, spec: IpuSpec, profile: Sequence[LayerProfile], split: StageSplit) -> float:
-    half = get_precision(plan.precision).half_compute
-    per_cycle = spec.vector_fp16_flops_per_cycle if half else spec.vector_fp32_flops_per_cycle
-    rate = (spec.tiles - plan.num_io_tiles) * per_cycle * spec.clock_hz * VECTOR_EFFICIENCY
-    most = max(sum(layer.params for layer in split.layers(profile, s)) for s in range(split.num_stages))
-    return most * OPTIMIZER_FLOPS_PER_PARAM / rate
 
 
 def format_throughput(cpu_images_per_s: float, prediction: Prediction) -> str:

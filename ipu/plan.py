@@ -1,19 +1,23 @@
 """An IPU execution plan: how one training configuration maps onto a POD, plus named presets.
 
 The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
-(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9).
+(SDK 2.4) and ``graphcore-research`` (docs/sources.md §1, §2), and its public ResNet-50 v1.5
+training recipe (``graphcore/examples`` @ 09b7c67, ``vision/cnns/tensorflow1/training/configs.yml``),
+the second workload the cost model is checked against (``ipu/validation.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
-from ipu.pipeline import check_gradient_accumulation
+from ipu.pipeline import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
-from ipu.schedule import SCHEDULES
+from ipu.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
+from poprun_py.systems import is_power_of_two
 
-IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
+IMAGENET_TRAIN_IMAGES = 1_281_167  # docs/sources.md §8
 OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
 
 
@@ -24,16 +28,19 @@ class IpuPlan:
     model: str = "efficientnet-b4-gn"
     model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
     image_size: int = 380
+    image_channels: int = 3
     num_classes: int = 1000
     micro_batch: int = 3
     gradient_accumulation: int = 1
     replicas: int = 1
     ipus_per_replica: int = 1
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
+    device_mapping: tuple[int, ...] = ()  # IPU of each pipeline stage; () = one stage per IPU
     schedule: str = "grouped"
     precision: str = "16.16"
+    half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
     recompute: bool = False
-    available_memory_proportion: float = 0.6  # Poplar's usual default (ref §7, unverified)
+    available_memory_proportion: float = 0.6  # poplibs' default (lib/poplin/ConvOptions.hpp)
     num_io_tiles: int = 0
     prefetch_depth: int = 3
     eight_bit_io: bool = True
@@ -61,12 +68,15 @@ class IpuPlan:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
         _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
-            raise ValueError(
-                f"{len(self.pipeline_splits)} pipeline splits make {len(self.pipeline_splits) + 1} stages but "
-                f"ipus_per_replica is {self.ipus_per_replica}: give ipus_per_replica - 1 splits"
-            )
-        check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
+        if self.device_mapping:
+            check_device_mapping(self.device_mapping, len(self.device_mapping), self.schedule)
+            if max(self.device_mapping) >= self.ipus_per_replica:
+                raise ValueError(
+                    f"device_mapping {list(self.device_mapping)} uses IPU {max(self.device_mapping)} but a replica "
+                    f"has {self.ipus_per_replica} IPUs (0..{self.ipus_per_replica - 1}): raise ipus_per_replica"
+                )
+        check_pipeline_splits(self.pipeline_splits, self.num_stages)
+        check_gradient_accumulation(self.gradient_accumulation, self.num_stages)
         pod = self.pod
         if self.total_ipus > pod.num_ipus:
             raise ValueError(
@@ -80,30 +90,43 @@ class IpuPlan:
         return get_pod(self.system, self.chip)
 
     @property
+    def num_stages(self) -> int:
+        """Pipeline stages: one per ``device_mapping`` entry, else one per IPU."""
+        return len(self.device_mapping) if self.device_mapping else self.ipus_per_replica
+
+    @property
+    def image_elems(self) -> int:
+        """Elements of one micro-batch of input images."""
+        return self.micro_batch * self.image_size**2 * self.image_channels
+
+    @property
     def total_ipus(self) -> int:
         return self.replicas * self.ipus_per_replica
 
     @property
     def global_batch(self) -> int:
-        """Images per weight update: micro-batch x GA x replicas (ref §10.1)."""
+        """Images per weight update: micro-batch x GA x replicas (docs/sources.md §1.3)."""
         return self.micro_batch * self.gradient_accumulation * self.replicas
-
-    @property
-    def updates_per_epoch(self) -> int:
-        return self.dataset_images // self.global_batch
 
     @property
     def overrides(self) -> dict[str, object]:
         return dict(self.model_overrides)
 
 
+def optimizer_state(name: str, momentum: float = 0.0) -> str:
+    """The optimizer-state model (``OPTIMIZER_STATE_SLOTS`` key) of a ``models.optim`` rule name."""
+    if name in ("sgd", "nesterov"):
+        return "momentum" if momentum > 0 else "sgd"
+    return {"adamw": "adam"}.get(name, name)
+
+
 def _check_power_of_two(name: str, value: int) -> None:
-    if value & (value - 1):
-        raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
+    if not is_power_of_two(value):
+        raise ValueError(f"{name} must be a power of two on an IPU-POD (docs/sources.md §4), got {value}")
 
 
 # G16 EfficientNet-B4 with LARS, 2 IPUs per replica split at block4a, 16.16 with stochastic
-# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (ref §1.2).
+# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (docs/sources.md §1.2).
 G16_B4 = IpuPlan(
     model="efficientnet-b4-gn",
     model_overrides=(("group_size", 16), ("expand_ratio", 4)),
@@ -121,9 +144,35 @@ G16_B4 = IpuPlan(
     prefetch_depth=3,
     eight_bit_io=True,
     optimizer="lars",
+    device_iterations=13,  # 208 updates per epoch / --logs-per-epoch 16 (README_Benchmarks POD64 command)
 )
 
-# Per-POD replicas and GA keep the global batch at 6144 (ref §1.3); hosts as documented (POD16 1,
+# Graphcore's public ResNet-50 v1.5 training recipe, graphcore/examples @ 09b7c67
+# vision/cnns/tensorflow1/training/configs.yml ``resnet50_mlperf_pod16_bs20`` (the batch 1,920 of the
+# published Bow Pod16 throughput): 16 replicas of 1 IPU, micro-batch 20, GA 6, recomputation
+# checkpoints instead of pipelining (Sequential schedule, recompute), batch norm, half partials,
+# 8-bit IO, momentum SGD, AMP 0.15, 40 epochs, 5 logs per epoch (667 updates / 5 = 133 per host
+# call); precision 16.16 as in the published table. No IO tiles are set.
+RESNET50_POD16 = IpuPlan(
+    model="resnet50",
+    image_size=224,
+    micro_batch=20,
+    gradient_accumulation=6,
+    replicas=16,
+    ipus_per_replica=1,
+    schedule="sequential",
+    precision="16.16",
+    recompute=True,
+    available_memory_proportion=0.15,
+    num_io_tiles=0,
+    eight_bit_io=True,
+    optimizer="momentum",
+    system="POD16",
+    device_iterations=133,
+    epochs=40.0,
+)
+
+# Per-POD replicas and GA keep the global batch at 6144 (docs/sources.md §1.3); hosts as documented (POD16 1,
 # POD64 4) or the most the system takes (POD128 8 as in the PopRun example, POD256 16).
 PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod4": replace(G16_B4, system="POD4", replicas=2, gradient_accumulation=160),
@@ -132,7 +181,7 @@ PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod128": replace(G16_B4, system="POD128", replicas=64, gradient_accumulation=32, num_hosts=8),
     "g16-b4-pod256": replace(G16_B4, system="POD256", replicas=128, gradient_accumulation=16, num_hosts=16),
     # The G1 (depthwise) baseline: 4 IPUs per replica, micro-batch 3, GA 64, 4 replicas = 768,
-    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (ref §1.2, §2, §10.9).
+    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (docs/sources.md §1.4).
     "g1-b4-4ipu": IpuPlan(
         model="efficientnet-b4-gn",
         model_overrides=(("group_size", 1), ("expand_ratio", 6)),
@@ -150,6 +199,21 @@ PRESETS: dict[str, IpuPlan] = {
         optimizer="rmsprop",
         system="POD16",
     ),
+    "resnet50-pod16": RESNET50_POD16,
+    # resnet50_mlperf_pod64_bs20: 64 replicas x 20 x GA 2 = 2,560 (the published Bow Pod64 batch),
+    # AMP 0.145, 41 epochs, device_iterations 100000 as set in the config; 4 hosts.
+    "resnet50-pod64": replace(RESNET50_POD16, system="POD64", replicas=64, gradient_accumulation=2,
+                              available_memory_proportion=0.145, num_hosts=4, device_iterations=100000,
+                              epochs=41.0),
+    # The published Bow Pod256 batch 10,240 is 256 replicas x 20 x GA 2: the pod64 config on 256
+    # replicas (derived; no pod256 config is in the repository), 16 hosts.
+    "resnet50-pod256": replace(RESNET50_POD16, system="POD256", replicas=256, gradient_accumulation=2,
+                               available_memory_proportion=0.145, num_hosts=16, device_iterations=100000,
+                               epochs=41.0),
+    # resnet50_mlperf_pod16_lars, the MLPerf v1.1 submission (Mk2 POD16, 38 epochs): micro-batch 22,
+    # GA 10, 16 replicas = 3,520, LARS, AMP 0.15.
+    "resnet50-mlperf-pod16": replace(RESNET50_POD16, micro_batch=22, gradient_accumulation=10,
+                                     optimizer="lars", device_iterations=72, epochs=38.0),
 }
 
 
@@ -163,20 +227,23 @@ def load_profile(plan: IpuPlan) -> list:
     """The model's ``list[LayerProfile]`` at the plan's micro-batch and image size.
 
     Uses the numerics engine's contract ``models.build_model(name, num_classes, **overrides)
-    .profile(batch_size)``; the image size is passed as the ``resolution`` override.
+    .profile(batch_size)``; the image size is passed as the ``resolution`` override. Profiles are
+    cached per model, overrides, image size and micro-batch (the PODs of a recipe share one).
     """
-    import models
-
-    build = getattr(models, "build_model", None)
-    if build is None:
-        raise RuntimeError(
-            "models.build_model is not available yet: pass a profile (list[LayerProfile]) explicitly"
-        )
-    overrides = {"resolution": plan.image_size, **plan.overrides}
-    return build(plan.model, plan.num_classes, **overrides).profile(plan.micro_batch)
+    return list(_profile(plan.model, plan.model_overrides, plan.image_size, plan.num_classes, plan.micro_batch))
 
 
-# Published end-to-end figures to compare predictions with (ref §1.1): EfficientNet-B4 trained on
+@functools.lru_cache(maxsize=16)
+def _profile(model: str, overrides: tuple, image_size: int, num_classes: int, micro_batch: int) -> tuple:
+    from models import build_model
+
+    return tuple(build_model(model, num_classes, resolution=image_size, **dict(overrides)).profile(micro_batch))
+
+
+# Published end-to-end figures to compare predictions with (docs/sources.md §1.1): EfficientNet-B4 trained on
 # IPU-POD256 in 1.8 hours (MLPerf v1.1 blog, read through a garbled mirror; the blog's opening says
 # "less than two hours" on POD128/POD256). Assumes the recipe's 350 epochs at 380 pixels.
+# The run was on Mk2 IPU-PODs (December 2021; Bow was announced in March 2022): only Mk2 predictions
+# are compared with it.
 PUBLISHED_HOURS_TO_TRAIN = {"g16-b4-pod256": 1.8}
+PUBLISHED_CHIP = "mk2"

@@ -23,6 +23,7 @@ from models import _conv_kernels as K
 from models import _gemm
 from models.layer import Layer, Shape
 from models.param import Param
+from models.profile import ConvShape
 
 _DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
 
@@ -204,4 +205,6 @@ class Conv2d(Layer):
         n, ho, wo, _ = self.out_shape(shape)
         macs = n * ho * wo * self.cout * self.kh * self.kw * (self.cin // self.groups)
         saved = int(np.prod(shape)) if self.path != "im2col" else n * ho * wo * self.kh * self.kw * self.cin
-        return [self._record(shape, 2 * macs, 4 * macs, saved, matmul=True)]
+        geometry = ConvShape(n, (shape[1], shape[2]), self.cin, self.cout, (self.kh, self.kw), self.sh,
+                             self.groups, out_hw=(ho, wo))
+        return [self._record(shape, 2 * macs, 4 * macs, saved, matmul=True, conv=geometry)]

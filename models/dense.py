@@ -8,6 +8,7 @@ import numpy as np
 
 from models.layer import Layer, Shape
 from models.param import Param
+from models.profile import ConvShape
 
 
 class Dense(Layer):
@@ -62,4 +63,5 @@ class Dense(Layer):
 
     def profile(self, shape: Shape):
         macs = shape[0] * self.cin * self.cout
-        return [self._record(shape, 2 * macs, 4 * macs, shape[0] * self.cin, matmul=True)]
+        geometry = ConvShape(shape[0], (1, 1), self.cin, self.cout)
+        return [self._record(shape, 2 * macs, 4 * macs, shape[0] * self.cin, matmul=True, conv=geometry)]

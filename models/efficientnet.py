@@ -4,7 +4,8 @@ Scaling follows Tan & Le (2019) as implemented by torchvision: channels ``round(
 multiple of 8 (never more than 10 % down), repeats ``ceil(r*depth)``, head width 4x the last
 block's, SE squeeze ``max(1, block_input // 4)``, drop-connect ``rate * i / num_blocks`` for
 block i (from 0). G16 (Masters et al. 2021) replaces depthwise convs by group convs with 16
-channels per group (``groups = max(C // 16, 1)``) and expands by 4 instead of 6.
+channels per group and expands by 4 instead of 6; see :func:`group_count` for channel counts
+that are not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.layer import Rng, Sequential
-from models.mbconv import BlockSpec, MBConv, NormSpec, conv_norm
+from models.conv_norm import NormSpec, conv_norm
+from models.mbconv import BlockSpec, MBConv
 from models.dense import Dense
 from models.pool import Dropout, GlobalAvgPool
 
@@ -40,6 +42,23 @@ def round_channels(channels: float, divisor: int = 8) -> int:
     if rounded < 0.9 * channels:
         rounded += divisor
     return rounded
+
+
+def group_count(channels: int, group_size: int) -> int:
+    """Groups of a block's k x k conv: ``channels`` when ``group_size`` is 1 (depthwise).
+
+    Otherwise Graphcore's rule, ``max(channels // group_size, 1)`` (``conv2d_basic`` in their
+    TF1 ``Models/efficientnet.py`` and ``group_conv`` in their PyTorch ``efficientnet.py``), and
+    where that does not divide ``channels`` (their code then fails to build), the nearest divisor
+    below it, so groups hold at least ``group_size`` channels. Among B0-B7 G16 this happens
+    once: B6's block1a, 56 channels, 3 -> 2 groups of 28.
+    """
+    if group_size == 1:
+        return channels
+    groups = max(channels // group_size, 1)
+    while channels % groups:
+        groups -= 1
+    return groups
 
 
 def round_repeats(repeats: int, depth: float) -> int:
@@ -105,7 +124,7 @@ def block_specs(cfg: EfficientNetConfig) -> list[BlockSpec]:
         for j in range(repeats):
             bin_, bstride = (cin, stride) if j == 0 else (cout, 1)
             expanded = round_channels(bin_ * expand)
-            groups = expanded if cfg.group_size == 1 else max(expanded // cfg.group_size, 1)
+            groups = group_count(expanded, cfg.group_size)
             specs.append(BlockSpec(
                 name=f"block{stage + 1}{_letters(j)}", prefix=f"features.{stage + 1}.{j}", cin=bin_, cout=cout,
                 expanded=expanded, kernel=kernel, stride=bstride, groups=groups,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.param import Param
-from models.profile import LayerProfile
+from models.profile import ConvShape, LayerProfile
 
 Shape = tuple[int, ...]
 
@@ -131,14 +131,16 @@ class Layer:
         return []
 
     def _record(self, shape: Shape, flops_fwd: int, flops_bwd: int, saved: int,
-                kind: str | None = None, matmul: bool = False, own_params: bool = True) -> LayerProfile:
+                kind: str | None = None, matmul: bool = False, own_params: bool = True,
+                conv: ConvShape | None = None) -> LayerProfile:
         """One profile row; ``own_params=False`` for extra rows (fused activation, residual add)."""
         out = self.out_shape(shape)
         return LayerProfile(
             name=self.name, block=self.block, kind=kind or self.kind,
             flops_fwd=int(flops_fwd), flops_bwd=int(flops_bwd),
             params=int(sum(p.data.size for p in self.params())) if own_params else 0,
-            activation_elems=int(np.prod(out)), saved_elems=int(saved), matmul=matmul)
+            activation_elems=int(np.prod(out)), saved_elems=int(saved), matmul=matmul,
+            in_shape=tuple(int(d) for d in shape), conv=conv)
 
 
 class Sequential(Layer):

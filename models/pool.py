@@ -1,4 +1,4 @@
-"""Global average pooling, dropout and stochastic depth (drop-connect)."""
+"""Max pooling, global average pooling, dropout and stochastic depth (drop-connect)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,88 @@ def broadcast_spatial(g, dx, scale):
         out = dx[n, i % m_]
         for c in range(c_):
             out[c] = g[n, c] * scale
+
+
+@jit(parallel=True)
+def max_pool_forward(x, y, arg, k, s, pad):
+    """y[n, i, j, c] = max of x over the k x k window at (i*s - pad, j*s - pad), ignoring padding;
+    arg = the flat input position h*W + w of the first maximum in row-major order (torch's choice)."""
+    n_, h_, w_, c_ = x.shape
+    _, ho_, wo_, _ = y.shape
+    for t in prange(n_ * ho_):
+        n, i = t // ho_, t % ho_
+        for j in range(wo_):
+            out, where = y[n, i, j], arg[n, i, j]
+            start = max(i * s - pad, 0) * w_ + max(j * s - pad, 0)
+            for c in range(c_):
+                out[c] = -np.inf
+                where[c] = start
+            for kh in range(k):
+                h = i * s - pad + kh
+                if h < 0 or h >= h_:
+                    continue
+                for kw in range(k):
+                    w = j * s - pad + kw
+                    if w < 0 or w >= w_:
+                        continue
+                    row = x[n, h, w]
+                    for c in range(c_):
+                        v = row[c]
+                        if v > out[c] or v != v:  # a NaN wins, as in torch
+                            out[c] = v
+                            where[c] = h * w_ + w
+
+
+@jit(parallel=True)
+def max_pool_backward(dy, arg, dx):
+    """dx = 0, then dy scattered onto the positions in ``arg`` (overlapping windows add up)."""
+    n_, ho_, wo_, c_ = dy.shape
+    w_ = dx.shape[2]
+    for n in prange(n_):
+        dx[n] = 0.0
+        for i in range(ho_):
+            for j in range(wo_):
+                g, where = dy[n, i, j], arg[n, i, j]
+                for c in range(c_):
+                    p = where[c]
+                    dx[n, p // w_, p % w_, c] += g[c]
+
+
+class MaxPool2d(Layer):
+    """torch ``MaxPool2d(kernel, stride, padding)`` (floor mode) over NHWC; padding never wins.
+    Keeps the position of each maximum (int32, one per output element)."""
+
+    kind = "pool"
+
+    def __init__(self, name: str, block: str, kernel: int, stride: int, padding: int = 0, dtype=np.float32) -> None:
+        super().__init__(name, block, dtype)
+        if kernel < 1 or stride < 1 or not 0 <= padding <= kernel // 2:
+            raise ValueError(f"max pool {name}: need kernel >= 1, stride >= 1 and 0 <= padding <= kernel // 2 "
+                             f"(as torch), got kernel={kernel}, stride={stride}, padding={padding}")
+        self.k, self.s, self.pad = kernel, stride, padding
+
+    def out_shape(self, shape: Shape) -> Shape:
+        n, h, w, c = shape
+        ho, wo = (h + 2 * self.pad - self.k) // self.s + 1, (w + 2 * self.pad - self.k) // self.s + 1
+        if ho < 1 or wo < 1:
+            raise ValueError(f"max pool {self.name}: input {h}x{w} is smaller than the {self.k}x{self.k} window")
+        return n, ho, wo, c
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        out = self.out_shape(x.shape)
+        y, arg = self._buf("y", out), self._buf("arg", out, np.int32)
+        max_pool_forward(np.ascontiguousarray(x), y, arg, self.k, self.s, self.pad)
+        self.x_shape, self.arg = x.shape, arg
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        dx = self._grad_buf(self.x_shape)
+        max_pool_backward(np.ascontiguousarray(dy), self.arg, dx)
+        return dx
+
+    def profile(self, shape: Shape):
+        e = int(np.prod(self.out_shape(shape)))
+        return [self._record(shape, self.k * self.k * e, e, e)]
 
 
 class GlobalAvgPool(Layer):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD256 (ref 1.2, 1.3): 128 replicas x 2 IPUs,
+# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD256 (docs/sources.md §1.2, §1.3): 128 replicas x 2 IPUs,
 # one instance per replica, global batch 6144. Hosts: set HOSTS (comma-separated, 16 expected).
 # Extra arguments go to the training command, e.g. --set run.epochs=1 or --resume auto.
 set -euo pipefail

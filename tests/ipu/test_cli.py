@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -5,11 +6,17 @@ import pytest
 from effnet_profile import efficientnet_profile
 
 from ipu import cli
+from ipu.cost import BREAKDOWN
 
 
 @pytest.fixture
 def synthetic_profiles(monkeypatch):
+    """EfficientNet presets get the hand-made test profile; ResNet presets the real model's."""
+    real = cli.load_profile
+
     def load(plan):
+        if not plan.model.startswith("efficientnet"):
+            return real(plan)
         o = plan.overrides
         return efficientnet_profile(4, plan.micro_batch, o["group_size"], o["expand_ratio"], plan.image_size)
     monkeypatch.setattr(cli, "load_profile", load)
@@ -49,3 +56,64 @@ def test_a_plan_that_does_not_fit_says_so(synthetic_profiles, capsys):
     out = capsys.readouterr().out
     assert "Out of memory on tile" in out and "of IPU 0" in out and "of IPU 1" in out
     assert "(hypothetical: the program does not fit)" in out
+
+
+PREDICTION_KEYS = {
+    "preset", "model", "chip", "system", "replicas", "ipus_per_replica", "micro_batch", "gradient_accumulation",
+    "global_batch", "precision", "step_time_s", "images_per_s", "epochs", "time_to_train_h", "utilisation",
+    "flops_per_image", "breakdown_s", "host_io_total_s", "io_overlapped", "stages", "memory",
+}
+
+
+def test_predict_json_is_a_stable_interface(synthetic_profiles, capsys):
+    assert cli.main(["predict", "--preset", "g16-b4-pod256", "--chip", "mk2", "--json"]) == 0
+    first = capsys.readouterr().out
+    assert cli.main(["predict", "--preset", "g16-b4-pod256", "--chip", "mk2", "--json"]) == 0
+    assert capsys.readouterr().out == first  # deterministic
+    data = json.loads(first)
+    assert data["schema"] == 1 and len(data["predictions"]) == 1
+    p = data["predictions"][0]
+    assert set(p) == PREDICTION_KEYS | {"published_hours", "published_over_predicted"}
+    assert p["chip"] == "mk2" and p["system"] == "POD256" and p["global_batch"] == 6144
+    assert set(p["breakdown_s"]) == set(BREAKDOWN)
+    assert sum(p["breakdown_s"].values()) == pytest.approx(p["step_time_s"])
+    assert set(p["stages"][0]) == {"ipu", "fwd_s", "recomp_s", "bwd_s", "cycles_per_micro_batch",
+                                   "compute_sets_per_micro_batch", "optimizer_s"}
+    assert set(p["stages"][0]["cycles_per_micro_batch"]) == {"matrix", "vector", "exchange", "sync"}
+    assert cli.main(["predict", "--preset", "g16-b4-pod256", "--chip", "bow", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["predictions"][0]) == PREDICTION_KEYS  # the 1.8 h was Mk2
+
+
+def test_predict_all_on_both_chips_prints_the_breakdown(synthetic_profiles, capsys):
+    for chip in ("mk2", "bow"):
+        assert cli.main(["predict", "--all", "--chip", chip]) == 0
+        out = capsys.readouterr().out
+        assert out.count("=== ") == len(cli.PRESETS) and f"({chip})" in out
+        assert out.count("step (one weight update)") == len(cli.PRESETS) and "matrix" in out and "sync" in out
+
+
+def test_profile_prints_the_table_and_writes_the_png(synthetic_profiles, capsys, tmp_path):
+    assert cli.main(["profile", "--preset", "g16-b4-pod16", "--chip", "bow", "--out", str(tmp_path), "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "-- IPU 0" in out and "-- IPU 1" in out and "the 5 most expensive" in out
+    assert "lars_norms" in out and "all-reduce" in out and "AMP" in out
+    png = tmp_path / "profile_g16-b4-pod16_bow.png"
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_json_adds_up(synthetic_profiles, capsys, tmp_path):
+    assert cli.main(["profile", "--preset", "g16-b4-pod16", "--json", "--out", str(tmp_path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == 1 and data["chip"] == "mk2" and data["png"].endswith("profile_g16-b4-pod16_mk2.png")
+    ipu0 = data["ipus"][0]
+    layers = sum(p["total"] for layer in ipu0["layers"] for p in layer["passes"].values())
+    assert layers + ipu0["per_update"]["accumulate"]["total"] / data["gradient_accumulation"] == pytest.approx(
+        ipu0["per_micro_batch"]["total"], rel=1e-6)
+    assert set(ipu0["per_update"]) == {"accumulate", "lars_norms", "update", "stores"}
+    assert {"fwd", "recomp", "bwd"} == set(ipu0["layers"][0]["passes"])  # stage 0 recomputes
+
+
+def test_chip_works_on_every_command():
+    parser = cli.build_parser()
+    for command in (["predict", "--all"], ["profile", "--preset", "g16-b4-pod16"], ["validate"]):
+        assert parser.parse_args(command + ["--chip", "bow"]).chip == "bow"

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from models import block_specs, build_model, efficientnet_config, param_count
-from models.efficientnet import round_channels, round_repeats
+from models.conv_norm import NormSpec
+from models.efficientnet import group_count, round_channels, round_repeats
+from models.layer import Rng
+from models.mbconv import MBConv
 
 # torchvision's documented counts (B0, B4) and the torchvision-layout reference for the rest.
 TORCHVISION_PARAMS = {"b0": 5_288_548, "b1": 7_794_184, "b2": 9_109_994, "b3": 12_233_232,
@@ -47,6 +50,38 @@ def test_g16_variant_uses_groups_of_16_and_expansion_4():
     assert specs[0].expanded == specs[0].cin == 48  # expansion 1 blocks keep width
     assert param_count(cfg) == 19_328_168
     assert param_count(efficientnet_config("efficientnet-b0-g16")) == 5_913_796
+
+
+# G16 counts with groups = max(C // 16, 1), lowered to a divisor of C (only B6's block1a: 3 -> 2)
+G16_PARAMS = {"b0": 5_913_796, "b1": 8_332_120, "b2": 9_504_122, "b3": 12_590_896, "b4": 19_328_168,
+              "b5": 28_715_320, "b6": 39_830_504, "b7": 59_210_264}
+
+
+def test_g16_group_rule_for_channels_not_a_multiple_of_16():
+    assert [group_count(c, 16) for c in (96, 56, 40, 24, 16, 8)] == [6, 2, 2, 1, 1, 1]
+    assert group_count(56, 1) == 56  # depthwise
+    for variant in G16_PARAMS:
+        for s in block_specs(efficientnet_config(f"efficientnet-{variant}-g16")):
+            assert s.expanded % s.groups == 0 and (s.groups == 1 or s.expanded // s.groups >= 16), (variant, s)
+    b6 = block_specs(efficientnet_config("efficientnet-b6-g16"))[0]
+    assert (b6.name, b6.expanded, b6.groups) == ("block1a", 56, 2)
+    block = MBConv(b6, NormSpec(), "symmetric", Rng(), np.float32, np.random.default_rng(0))  # used to fail
+    conv = 56 * 28 * 3 * 3 + 2 * 56
+    se = 2 * 56 * b6.squeeze + b6.squeeze + 56
+    assert sum(p.data.size for p in block.params()) == conv + se + 56 * b6.cout + 2 * b6.cout
+
+
+@pytest.mark.parametrize("variant", sorted(G16_PARAMS))
+def test_g16_parameter_counts(variant):
+    assert param_count(efficientnet_config(f"efficientnet-{variant}-g16")) == G16_PARAMS[variant]
+    assert param_count(efficientnet_config(f"efficientnet-{variant}-g16-gn")) == G16_PARAMS[variant]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(G16_PARAMS))
+def test_every_g16_variant_builds_with_its_counted_parameters(variant):
+    model = build_model(f"efficientnet-{variant}-g16")  # B7: 59 M parameters, about 0.5 GB with gradients
+    assert sum(p.data.size for p in model.params()) == G16_PARAMS[variant]
 
 
 def test_names_overrides_and_errors():

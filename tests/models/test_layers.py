@@ -12,7 +12,7 @@ from models.activation import Activation
 from models.dense import Dense
 from models.layer import Rng
 from models.norm import BatchNorm2d, GroupNorm
-from models.pool import Dropout, GlobalAvgPool
+from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 from models.se import SqueezeExcitation
 
 ACT = {None: lambda z: z, "silu": lambda z: z / (1 + np.exp(-z)), "relu": lambda z: np.maximum(z, 0)}
@@ -116,6 +116,26 @@ def test_global_average_pool_and_dense():
     v = rng.standard_normal((4, 8))
     np.testing.assert_allclose(dense.forward(v, True), v @ dense.weight.data.T + dense.bias.data, rtol=1e-13)
     check_layer(dense, v)
+
+
+@pytest.mark.parametrize("kernel,stride,pad", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 3, 0), (1, 2, 0)])
+def test_max_pool(kernel, stride, pad):
+    x = _x((2, 7, 6, 3))
+    pool = MaxPool2d("p", "b", kernel, stride, pad, np.float64)
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=-np.inf)
+    ho, wo = (7 + 2 * pad - kernel) // stride + 1, (6 + 2 * pad - kernel) // stride + 1
+    expected = np.stack([np.stack([padded[:, i * stride:i * stride + kernel, j * stride:j * stride + kernel].max(
+        axis=(1, 2)) for j in range(wo)], axis=1) for i in range(ho)], axis=1)
+    np.testing.assert_array_equal(pool.forward(x, True), expected)
+    assert pool.out_shape(x.shape) == expected.shape
+    check_layer(pool, x)
+
+
+def test_max_pool_rejects_bad_settings():
+    with pytest.raises(ValueError, match="padding <= kernel // 2"):
+        MaxPool2d("p", "b", 3, 2, 2)
+    with pytest.raises(ValueError, match="smaller than"):
+        MaxPool2d("p", "b", 3, 1, 0).out_shape((1, 2, 2, 1))
 
 
 def test_dropout_masks_scales_and_is_identity_in_eval():

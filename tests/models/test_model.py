@@ -11,7 +11,7 @@ from models import build_model, softmax_cross_entropy
 from models.efficientnet import block_specs
 from models.layer import Rng
 from models.mbconv import MBConv, NormSpec
-from tests.models.gradcheck import check_layer
+from tests.models.gradcheck import check_layer, check_model
 
 
 def _batch(model, n=3, seed=0):
@@ -52,22 +52,7 @@ def test_float64_model_gradients_by_finite_differences(name):
         return softmax_cross_entropy(model.forward(x, True), labels, label_smoothing=0.1)
 
     _, dlogits = loss_at()
-    dx = model.backward(dlogits)
-    rng = np.random.default_rng(0)
-    # gradients that are zero in exact arithmetic (a bias feeding only batch norms) are compared
-    # at 1 % of the largest gradient: finite differences carry ~1e-8 of rounding noise there
-    floor = 1e-2 * max(np.abs(p.grad).max() for p in model.params())
-    checks = [("x", x, dx.copy())] + [(p.name, p.data, p.grad.copy()) for p in rng.choice(model.params(), 12)]
-    for name_, arr, grad in checks:
-        for i in rng.choice(arr.size, min(3, arr.size), replace=False):
-            flat, old = arr.reshape(-1), arr.reshape(-1)[i]
-            flat[i] = old + 1e-6
-            up = loss_at()[0]
-            flat[i] = old - 1e-6
-            down = loss_at()[0]
-            flat[i] = old
-            numeric = (up - down) / 2e-6
-            assert abs(grad.reshape(-1)[i] - numeric) <= 1e-5 * max(np.abs(grad).max(), floor), name_
+    check_model(model, loss_at, x, model.backward(dlogits))
 
 
 def test_mbconv_block_with_drop_connect_gradients():

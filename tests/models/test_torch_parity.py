@@ -8,7 +8,7 @@ import pytest
 from models import build_model, softmax_cross_entropy
 
 torch = pytest.importorskip("torch")
-from tests.models.torch_efficientnet_ref import EfficientNetRef, norm_factory  # noqa: E402
+from tests.models.torch_efficientnet_ref import EfficientNetRef, norm_factory, randomise_running_stats  # noqa: E402
 
 VARIANTS = {  # our name -> reference kwargs
     "efficientnet-tiny": dict(),
@@ -90,10 +90,7 @@ def test_weights_saved_by_torch_load_into_our_model(tmp_path):
 
     torch.manual_seed(0)
     ref = EfficientNetRef("tiny", num_classes=10).eval()
-    for m in ref.modules():  # non-trivial running statistics, as in a trained model
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
+    randomise_running_stats(ref)
     path = tmp_path / "tiny_torch.safetensors"
     safetensors_torch.save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
     ours = build_model("efficientnet-tiny", num_classes=10)

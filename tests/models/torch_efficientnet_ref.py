@@ -43,6 +43,14 @@ def norm_factory(kind="batch", eps=1e-3, momentum=0.01, groups=4):
     return group_norm
 
 
+def randomise_running_stats(model: nn.Module) -> None:
+    """Non-trivial batch-norm running statistics, as in a trained model."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+
+
 class Conv2dNormActivation(nn.Sequential):
     def __init__(self, cin, cout, kernel, stride=1, groups=1, norm=None, act=True):
         layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False), norm(cout)]
@@ -82,6 +90,8 @@ class MBConv(nn.Module):
         if expanded != cin:
             layers.append(Conv2dNormActivation(cin, expanded, 1, norm=norm))
         groups = expanded if group_size == 1 else max(expanded // group_size, 1)
+        while expanded % groups:  # B6-G16's 56 channels: 2 groups, not 3 (docs/models.md)
+            groups -= 1
         layers.append(Conv2dNormActivation(expanded, expanded, kernel, stride, groups, norm))
         layers.append(SqueezeExcitation(expanded, max(1, cin // 4)))
         layers.append(Conv2dNormActivation(expanded, cout, 1, norm=norm, act=False))

@@ -1,0 +1,321 @@
+"""Plan a convolution or matrix product over an IPU's tiles, the way Poplar's planner does.
+
+poplibs' planner (``lib/poplin/ConvPlan.cpp``, ``ConvModel.cpp``) partitions a convolution
+over the tiles along its conv groups, field (batch x rows, columns), input channels and
+output channels; each tile runs one vertex on its share; partial sums split over input
+channels are reduced across tiles afterwards. It scores every partition as exchange + vertex
++ reduction + layout-transform cycles and keeps the cheapest whose temporary memory fits in
+the available-memory proportion of a tile. ``plan_conv`` does the same over a grid of
+partitions (scored at once with numpy) with the vertex estimates of ``ipu.vertex_costs``.
+
+A training step runs three planned operations per layer (``conv_passes``): forward, the input
+gradient (``bwd``: the convolution of the output gradient with the transposed, flipped
+weights) and the weight gradient (``wu``: a matrix product over batch x output positions,
+as poplibs turns it into one by moving those dimensions into the input channels).
+
+Not modelled (labelled in ``docs/ipu.md``): serial splits, splits of the kernel, the planner's
+own choice among layout transforms (each pass gets the rearrangements poplibs charges it by
+default), and stride > 1 in the input-gradient pass (its field is the forward output's).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu import vertex_costs as V
+from ipu.specs import IpuSpec
+from models.profile import ConvShape
+
+MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
+TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
+INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
+SERIAL_SET_CYCLES = 190  # a compute set's sync and fixed exchange (ipu.bsp), charged per serial iteration
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """One planned operation: ``groups`` x (``field`` output elements, reduced over
+    ``in_chans`` x ``kernel`` positions, into ``out_chans``) per group."""
+
+    pass_name: str  # "fwd", "bwd" or "wu"
+    groups: int
+    rows: int  # batch x output rows (wu: input channels per group)
+    cols: int  # output columns (wu: kernel positions)
+    kernel: tuple[int, int]  # positions the vertex loops over (wu: 1 x 1)
+    in_chans: int  # per group, reduced by the matrix unit (wu: batch x output positions)
+    out_chans: int  # per group
+    stride: int
+    image_rows: int  # output rows of one image (fwd/bwd), for the halo of a row split
+    input_rows: int  # input rows of one image
+    input_cols: int
+    rearrange: tuple[bool, bool, bool]  # input, weights, output need a layout change first
+    input_per_output: int = 1  # wu: input pixels behind one output position (stride**2, kernel > 1)
+
+    @property
+    def macs(self) -> int:
+        return self.groups * self.rows * self.cols * self.kernel[0] * self.kernel[1] * self.in_chans * self.out_chans
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The chosen partition of one pass and what it costs one tile (cycles)."""
+
+    problem: ConvProblem
+    method: str
+    splits: dict[str, int]  # groups, rows, cols, in, out (parallel), serial (output-channel iterations)
+    tiles_used: int
+    matrix_cycles: float  # the conv vertex
+    vector_cycles: float  # reductions, layout copies, casts
+    exchange_cycles: float
+    exchange_bytes: float  # received by the busiest tile
+    compute_sets: int
+    temp_bytes: float
+
+    @property
+    def cycles(self) -> float:
+        return self.matrix_cycles + self.vector_cycles + self.exchange_cycles
+
+    def describe(self) -> str:
+        s = self.splits
+        serial = f" x{s['serial']} serial" if s.get("serial", 1) > 1 else ""
+        return (f"{self.method} g{s['groups']}/f{s['rows']}x{s['cols']}/i{s['in']}/o{s['out']}{serial} "
+                f"on {self.tiles_used} tiles")
+
+
+def conv_passes(shape: ConvShape, training: bool = True) -> list[ConvProblem]:
+    """The forward, input-gradient and weight-gradient operations of one layer."""
+    g = shape.groups
+    ci, co = shape.in_channels // g, shape.out_channels // g
+    (h, w), (ho, wo), (kh, kw) = shape.in_hw, shape.out_size, shape.kernel
+    n, s = shape.batch, shape.stride
+    fwd = ConvProblem("fwd", g, n * ho, wo, (kh, kw), ci, co, s, ho, h, w, (False, False, False))
+    if not training:
+        return [fwd]
+    bwd = ConvProblem("bwd", g, n * ho, wo, (kh, kw), co, ci, 1, ho, ho, wo, (False, True, False))
+    behind = s * s if kh * kw > 1 else 1
+    wu = ConvProblem("wu", g, ci, kh * kw, (1, 1), n * ho * wo, co, 1, ci, ci, kh * kw, (True, True, False), behind)
+    return [fwd, bwd, wu]
+
+
+@functools.lru_cache(maxsize=None)
+def _candidates(n: int, with_threes: bool = False) -> np.ndarray:
+    """Splits tried along a dimension of ``n`` grains: powers of two (and three times them when
+    ``with_threes``) below ``n``, and ``n`` itself (one grain per tile)."""
+    values = {n}
+    k = 1
+    while k < n:
+        values.add(k)
+        if with_threes and 3 * k < n:
+            values.add(3 * k)
+        k *= 2
+    return np.array(sorted(values))
+
+
+@dataclass(frozen=True)
+class _Vertex:
+    method: str
+    in_group: int  # input channels per group of the vertex
+    out_group: int  # output channels per group (conv units, or 1 for SLIC)
+    group_combine: int  # conv groups merged into the channels (AMP on small groups)
+    filter_height: int  # kernel rows the units process at once (in_group < weights per unit)
+
+
+def _vertices(p: ConvProblem, spec: IpuSpec, half: bool, half_partials: bool) -> list[_Vertex]:
+    units = spec.conv_units(half, half_partials)
+    per_unit = 4 * spec.conv_load_elems(half)  # weights per conv unit: chain of 4 x load elements
+    out = []
+    in_group = per_unit  # fewer channels fill a unit with 2 or 4 kernel rows (nx1 vertex heights 1, 2, 4)
+    while in_group > per_unit // 4 and in_group // 2 >= p.in_chans:
+        in_group //= 2
+    height = per_unit // in_group
+    out.append(_Vertex("AMP", in_group, units, 1, height))
+    small = max(p.in_chans, p.out_chans)
+    if p.groups > 1 and small < per_unit:
+        factor = min(per_unit // small, p.groups)
+        out.append(_Vertex("AMP+combined groups", per_unit, units, factor, 1))
+    if (half and p.in_chans == 1 and p.out_chans == 1 and p.pass_name != "wu" and p.stride <= 2):
+        out.append(_Vertex("SLIC", 1, 1, 16 if units == 16 else 4, 1))
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_conv(problem: ConvProblem, spec: IpuSpec, tiles: int, amp: float, half: bool,
+              half_partials: bool) -> ConvPlan:
+    """The cheapest partition of ``problem`` over ``tiles`` tiles whose temporaries fit in
+    ``amp`` x tile memory (the least-memory plan if none fits)."""
+    plans = [_best_partition(problem, v, spec, tiles, amp, half, half_partials)
+             for v in _vertices(problem, spec, half, half_partials)]
+    budget = amp * spec.memory_per_tile
+    return min(plans, key=lambda plan: (plan.temp_bytes > budget, plan.cycles if plan.temp_bytes <= budget
+                                        else plan.temp_bytes))
+
+
+def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: float, half: bool,
+                    half_partials: bool) -> ConvPlan:
+    """The cheapest partition with this vertex. Serial splits of the output channels (the tile
+    runs its share in ``serial`` iterations, holding 1/serial of the weights and partials at a
+    time, one compute set each) are tried only when the cheapest parallel plan does not fit."""
+    budget = amp * spec.memory_per_tile
+    grid = _grid(p, v, tiles)
+    scored = [_score(p, v, spec, grid, half, half_partials, 1)]
+    cheapest = int(np.argmin(scored[0]["cost"]))
+    if scored[0]["temp"][cheapest] > budget:
+        scored += [_score(p, v, spec, grid, half, half_partials, k) for k in SERIAL_SPLITS]
+    best_cost, best = np.inf, None
+    for sc in scored:
+        cost = np.where(sc["temp"] <= budget, sc["cost"], np.inf)
+        i = int(np.argmin(cost))
+        if cost[i] < best_cost:
+            best_cost, best = cost[i], (sc, i)
+    if best is None:  # nothing fits: the least memory
+        sc = min(scored, key=lambda sc: sc["temp"].min())
+        best = (sc, int(np.argmin(sc["temp"])))
+    sc, i = best
+    splits = {k: int(grid[k][i]) for k in ("groups", "rows", "cols", "in", "out")} | {"serial": sc["serial"]}
+    return ConvPlan(p, v.method, splits, int(grid["used"][i]), float(sc["matrix"][i]), float(sc["vector"][i]),
+                    float(sc["exchange"][i]), float(sc["bytes"][i]), int(sc["sets"][i]), float(sc["temp"][i]))
+
+
+SERIAL_SPLITS = (2, 4, 8, 16)
+
+
+def _grid(p: ConvProblem, v: _Vertex, tiles: int) -> dict[str, np.ndarray]:
+    slic = v.method == "SLIC"
+    grain = v.group_combine if slic else 1  # SLIC: conv groups per vertex group
+    n_groups = -(-(-(-p.groups // v.group_combine)) // grain)
+    in_grains = -(-p.in_chans * v.group_combine // v.in_group)
+    out_grains = -(-p.out_chans * v.group_combine // v.out_group)
+    axes = [_candidates(n_groups, True), _candidates(p.rows, True), _candidates(p.cols),
+            _candidates(in_grains) if not slic else np.array([1]), _candidates(out_grains)]
+    g_s, r_s, c_s, i_s, o_s = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    keep = g_s * r_s * c_s * i_s * o_s <= tiles
+    grid = {"groups": g_s[keep], "rows": r_s[keep], "cols": c_s[keep], "in": i_s[keep], "out": o_s[keep]}
+    grid["used"] = grid["groups"] * grid["rows"] * grid["cols"] * grid["in"] * grid["out"]
+    grid.update(g_t=-(-n_groups // grid["groups"]), rows_t=-(-p.rows // grid["rows"]),
+                cols_t=-(-p.cols // grid["cols"]), ig_t=-(-in_grains // grid["in"]),
+                og_t=-(-out_grains // grid["out"]))
+    return grid
+
+
+def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, half_partials: bool,
+           serial: int) -> dict:
+    """Cycles, bytes and temporary memory of every partition in ``grid`` (arrays)."""
+    slic = v.method == "SLIC"
+    in_chans, out_chans = p.in_chans * v.group_combine, p.out_chans * v.group_combine
+    g_t, rows_t, cols_t, ig_t = grid["g_t"], grid["rows_t"], grid["cols_t"], grid["ig_t"]
+    og_iter = -(-grid["og_t"] // serial)  # output groups per serial iteration
+    field = rows_t * cols_t
+    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
+    kh, kw = p.kernel
+    if slic:
+        grain = v.group_combine
+        matrix = V.slic_cycles(g_t, -(-kw // V.SLIC_WINDOW) * kh, field, cols_t, p.stride, workers,
+                               4 if units == 16 else 2, grain, half_partials)
+        channels_in = channels_out = g_t * grain
+        weights = channels_in * kh * kw
+    else:
+        passes = max(v.out_group // units, 1)
+        if kh == kw == 1 and p.stride == 1:
+            matrix = V.amp_1x1_cycles(g_t, ig_t, og_iter, passes, field, workers, units, half, half_partials,
+                                      spec.coeff_load_bytes_per_cycle)
+        else:
+            matrix = V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw, field, cols_t,
+                                      workers, units, half, half_partials, spec.coeff_load_bytes_per_cycle,
+                                      v.filter_height)
+        channels_in = g_t * np.minimum(ig_t * v.in_group, in_chans)
+        channels_out = g_t * np.minimum(og_iter * v.out_group, out_chans)
+        weights = channels_in * np.minimum(og_iter * v.out_group, out_chans) * kh * kw
+    act_bytes = 2 if half else 4
+    inputs = channels_in * _input_area(p, rows_t, cols_t)
+    partials = field * channels_out
+    o_s, i_s = grid["out"], grid["in"]
+    bus = np.where(o_s % spec.tiles_per_exchange_bus == 0, spec.tiles_per_exchange_bus, 1)
+    in_bytes = (inputs - inputs // o_s) * act_bytes  # 1 / o_s of the inputs is already on the tile
+    w_bytes = (weights - weights // (grid["rows"] * grid["cols"])) * act_bytes * serial
+    exchange = np.ceil(in_bytes / (spec.exchange_bytes_per_cycle * bus)) + np.ceil(
+        w_bytes / spec.exchange_bytes_per_cycle)
+    reduce, reduce_x, reduce_bytes, stages, reduce_temp = _reduction(partials, i_s, workers, half)
+    # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
+    rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
+    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes)
+    sets = serial * (1 + stages) + copy_sets
+    per_set = SERIAL_SET_CYCLES * (serial - 1) * (1 + stages)  # the extra iterations' syncs and exchanges
+    return {
+        "serial": serial,
+        "matrix": matrix * serial,
+        "vector": (reduce * serial + copies),
+        "exchange": exchange + reduce_x * serial + copy_x,
+        "bytes": in_bytes + w_bytes + reduce_bytes * serial + copy_bytes,
+        "sets": sets,
+        "temp": (inputs + weights) * act_bytes + partials * (2 if half_partials else 4) + reduce_temp,
+        "cost": matrix * serial + reduce * serial + copies + exchange + reduce_x * serial + copy_x + per_set,
+    }
+
+
+def _input_area(p: ConvProblem, rows_t, cols_t):
+    """Input elements per input channel a tile needs for its rows and columns (with the halo)."""
+    if p.pass_name == "wu":  # per reduction element: the tile's weight rows x the pixels behind it
+        return rows_t * p.input_per_output
+    kh, kw = p.kernel
+    step_h, step_w = min(p.stride, kh), min(p.stride, kw)  # a stride above the kernel skips pixels
+    images = -(-rows_t // p.image_rows)
+    image_rows = min((p.image_rows - 1) * step_h + kh, p.input_rows)
+    partial_rows = np.minimum((rows_t - 1) * step_h + kh, image_rows)
+    in_rows = np.where(rows_t >= p.image_rows, images * image_rows, partial_rows)
+    in_cols = np.minimum((cols_t - 1) * step_w + kw, p.input_cols)
+    return in_rows * in_cols
+
+
+def _reduction(partials, depth, workers: int, half: bool):
+    """Cross-tile reduction of partial sums split over ``depth`` tiles (arrays, one per plan):
+    the exchange of float partials, then one reduction vertex per stage."""
+    n = len(depth)
+    reduce, exchange, nbytes, temp = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    stages = np.zeros(n, dtype=int)
+    for d in np.unique(depth):
+        if d <= 1:
+            continue
+        at = depth == d
+        plan = V.reduce_stage_depths(int(d))
+        outputs = -(-partials[at] // d)  # each of the d tiles reduces 1/d of the outputs
+        first = partials[at] * INTER_TILE_PARTIAL_BYTES
+        exchange[at] += np.ceil(first / 4)
+        nbytes[at] += first
+        temp[at] = first
+        remaining = int(d)
+        for k, stage in enumerate(plan):
+            remaining = -(-remaining // stage)
+            last = k == len(plan) - 1
+            reduce[at] += V.reduce_cycles(outputs * remaining, stage, workers, True, not half if last else True)
+            if not last:
+                exchange[at] += np.ceil(outputs * remaining * INTER_TILE_PARTIAL_BYTES / 4)
+                nbytes[at] += outputs * remaining * INTER_TILE_PARTIAL_BYTES
+        stages[at] = len(plan)
+    return reduce, exchange, nbytes, stages, temp
+
+
+def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpec, used, act_bytes: int):
+    """Layout changes before (input, weights) and after (output) the vertex, over the tiles used:
+    an exchange and an on-tile copy of each rearranged operand (ConvModel.cpp addTransformCycleEstimate)."""
+    if p.pass_name == "wu":
+        volumes = (p.groups * p.rows * p.in_chans * p.input_per_output, p.groups * p.in_chans * p.out_chans,
+                   p.groups * p.rows * p.cols * p.out_chans)
+    else:
+        images = p.rows // p.image_rows
+        volumes = (p.groups * p.in_chans * images * p.input_rows * p.input_cols,
+                   p.groups * p.in_chans * p.out_chans * p.kernel[0] * p.kernel[1],
+                   p.groups * p.rows * p.cols * p.out_chans)
+    copies, exchange, nbytes = np.zeros(len(used)), np.zeros(len(used)), np.zeros(len(used))
+    sets = 0
+    for needed, elems in zip(rearrange, volumes):
+        if needed:
+            per_tile = np.ceil(elems * act_bytes / used)
+            copies += np.ceil(per_tile * TRANSFORM_FACTOR / min(MEMCPY_BYTES_PER_CYCLE, act_bytes))
+            exchange += np.ceil(per_tile / spec.exchange_bytes_per_cycle)
+            nbytes += per_tile
+            sets += 1
+    return copies, exchange, nbytes, sets

@@ -1,0 +1,207 @@
+"""What each layer of a profile costs one IPU, pass by pass, as Poplar would build it.
+
+Convolutions and matrix products are planned (``ipu.conv_planner``): forward, input gradient
+and weight gradient, each a few compute sets. Everything else is vector work, costed op by op
+after the sequence of popops/popnn calls poplibs makes for it (``ipu.vector_costs``):
+
+* group/batch norm forward (poplin ``normStatistics``, then ``normWhiten`` and
+  ``normalise``): with the stable algorithm a mean reduction, the mean subtraction and a power
+  reduction, otherwise one ``reduceMany`` of both (float partials either way); whitening
+  (2 passes) and the affine transform (2 passes);
+* norm backward (``normParamGradients``, ``normGradients``, ``normStatisticsGradients``):
+  two ``reduceMany`` of two sums each and 8 element-wise passes;
+* swish / ReLU and their gradients (popnn non-linearities), squeeze-excite (a spatial mean,
+  two small planned matrix products, the gate and its broadcast), residual adds (with the
+  drop-connect scaling when the model has it), pooling, dropout and the loss.
+
+The profile does not say which activation or norm a model uses; ``workload_for`` takes them
+from the model's name (EfficientNet: swish, group norm with 4 groups; ResNet: ReLU, batch
+norm, unless named ``-gn``), an assumption stated in ``docs/ipu.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ipu import vector_costs as VC
+from ipu.bsp import Cycles, compute_set, compute_sets
+from ipu.conv_planner import ConvPlan, conv_passes, plan_conv
+from ipu.specs import IpuSpec
+from ipu.vector_costs import VectorOp
+from models.profile import ConvShape, LayerProfile
+
+NORM_FWD_PASSES = 5  # remove mean, whiten (2), scale and shift (2)
+NORM_BWD_PASSES = 8  # 2 products for the reductions, x gamma, copy, x varDelta, + meanDelta, scaled add, x invStd
+LOSS_FWD_SETS, LOSS_BWD_SETS = 4, 2  # softmax: max, exp, sum, divide; gradient: subtract, scale (assumed)
+MAXPOOL_TAPS = 9  # a 3x3 window (ResNet's stem pool), compares per output element (assumed)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the profile leaves out about a model family."""
+
+    activation: str = "swish"
+    norm: str = "group"
+    norm_groups: int = 4
+    drop_connect: bool = True
+    stable_norm: bool = True  # two-pass statistics (the EfficientNet recipe forces stable_norm on)
+
+
+def workload_for(model: str) -> Workload:
+    if model.startswith("resnet"):  # the MLPerf ResNet configs do not set stable_norm
+        return Workload("relu", "group" if "gn" in model else "batch", 32, False, False)
+    return Workload()
+
+
+@dataclass(frozen=True)
+class DeviceContext:
+    """One IPU as a stage of the plan sees it."""
+
+    spec: IpuSpec
+    tiles: int  # compute tiles (IO tiles excluded)
+    amp: float  # available memory proportion
+    half: bool  # half-precision inputs to the matrix and vector units
+    half_partials: bool
+    workload: Workload = Workload()
+
+    @property
+    def workers(self) -> int:
+        return self.spec.threads_per_tile
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    layer: LayerProfile
+    fwd: Cycles
+    bwd: Cycles  # input gradient and weight gradient
+    plans: tuple[ConvPlan, ...] = ()
+
+    def plan_text(self) -> str:
+        return "; ".join(f"{p.problem.pass_name} {p.describe()}" for p in self.plans)
+
+
+def layer_cost(layer: LayerProfile, ctx: DeviceContext, first: bool = False) -> LayerCost:
+    """Cycles of the busiest tile for one micro-batch of ``layer`` (forward and backward)."""
+    if layer.matmul and layer.conv is not None:
+        return _planned(layer, layer.conv, ctx, first)
+    if layer.matmul:
+        return _unplanned(layer, ctx)
+    cost = {"norm": _norm, "act": _activation, "se": _squeeze_excite, "add": _residual, "pool": _pool,
+            "dropout": _dropout, "loss": _loss}.get(layer.kind, _elementwise)
+    return cost(layer, ctx)
+
+
+def _plans(shape: ConvShape, ctx: DeviceContext, skip_input_grad: bool = False) -> list[ConvPlan]:
+    problems = conv_passes(shape)
+    if skip_input_grad:
+        problems = [p for p in problems if p.pass_name != "bwd"]
+    return [plan_conv(p, ctx.spec.tile_view, ctx.tiles, ctx.amp, ctx.half, ctx.half_partials) for p in problems]
+
+
+def _as_cycles(plans: list[ConvPlan]) -> Cycles:
+    total = Cycles()
+    for p in plans:
+        total = total + compute_sets(p.compute_sets, p.matrix_cycles, p.vector_cycles, p.exchange_cycles)
+    return total
+
+
+def _planned(layer: LayerProfile, shape: ConvShape, ctx: DeviceContext, first: bool) -> LayerCost:
+    plans = _plans(shape, ctx, skip_input_grad=first)
+    fwd = _as_cycles(plans[:1])
+    bwd = _as_cycles(plans[1:])
+    if layer.kind == "dense" and layer.params > shape.in_channels * shape.out_channels:  # a bias
+        fwd = fwd + VC.elementwise(VectorOp("binary", layer.activation_elems, ctx.half), ctx.tiles, ctx.workers)
+        bwd = bwd + VC.reduction(layer.activation_elems, shape.out_channels, shape.out_channels, ctx.tiles,
+                                 ctx.workers, ctx.half)
+    return LayerCost(layer, fwd, bwd, tuple(plans))
+
+
+def _unplanned(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    """A matrix layer without geometry: its FLOPs at the AMP's peak rate in one compute set each way."""
+    rate = 2 * ctx.spec.amp_macs_per_cycle(ctx.half, ctx.half_partials) * ctx.tiles
+    return LayerCost(layer, compute_set(matrix=layer.flops_fwd / rate), compute_set(matrix=layer.flops_bwd / rate))
+
+
+def _channels(layer: LayerProfile) -> tuple[int, int]:
+    shape = layer.in_shape or (1, layer.activation_elems)
+    return shape[0], shape[-1]
+
+
+def _norm(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    e, (n, c) = layer.activation_elems, _channels(layer)
+    w = ctx.workload
+    outputs, per_tile = (n * w.norm_groups, w.norm_groups) if w.norm == "group" else (c, c)
+
+    def reduce_many(outs: int, touched: int) -> Cycles:  # two sums over the same data, one set of stages
+        return VC.reduction(2 * e, 2 * outs, 2 * touched, ctx.tiles, ctx.workers, ctx.half)
+
+    passes = [VectorOp("binary", e, ctx.half)]
+    if w.stable_norm:  # mean, subtract it, then the power of the centred values (float partials)
+        stats = VC.reduction(e, outputs, per_tile, ctx.tiles, ctx.workers, ctx.half) * 2
+        fwd_passes = NORM_FWD_PASSES
+    else:  # mean and power in one reduceMany
+        stats = reduce_many(outputs, per_tile)
+        fwd_passes = NORM_FWD_PASSES - 1
+    fwd = stats + VC.scalar_ops(1, ctx.workers) + VC.run(passes * fwd_passes, ctx.tiles, ctx.workers)
+    bwd = (reduce_many(c, c) + reduce_many(outputs, per_tile) + VC.scalar_ops(2, ctx.workers)
+           + VC.run(passes * NORM_BWD_PASSES, ctx.tiles, ctx.workers))
+    return LayerCost(layer, fwd, bwd)
+
+
+def _activation(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    name = ctx.workload.activation
+    e = layer.activation_elems
+    return LayerCost(layer, VC.elementwise(VectorOp(name, e, ctx.half), ctx.tiles, ctx.workers),
+                     VC.elementwise(VectorOp(f"{name}_grad", e, ctx.half), ctx.tiles, ctx.workers))
+
+
+def _squeeze_excite(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    e, (n, c) = layer.activation_elems, _channels(layer)
+    s = max(1, (layer.params - c) // (2 * c + 1))  # params = C*S + S + S*C + C
+    fc1, fc2 = ConvShape(n, (1, 1), c, s), ConvShape(n, (1, 1), s, c)
+    plans = _plans(fc1, ctx) + _plans(fc2, ctx)
+    pool = VC.reduction(e, n * c, c, ctx.tiles, ctx.workers, ctx.half)
+    small = [VectorOp("binary", n * s, ctx.half), VectorOp(ctx.workload.activation, n * s, ctx.half),
+             VectorOp("binary", n * c, ctx.half), VectorOp("sigmoid", n * c, ctx.half)]
+    gate = VectorOp("binary", e, ctx.half)
+    fwd = pool + _as_cycles([plans[0], plans[3]]) + VC.run(small + [gate], ctx.tiles, ctx.workers)
+    small_grads = [VectorOp("binary", n * c, ctx.half), VectorOp(f"{ctx.workload.activation}_grad", n * s, ctx.half)]
+    bwd = (VC.run([gate], ctx.tiles, ctx.workers) + pool + VC.run(small_grads, ctx.tiles, ctx.workers)
+           + _as_cycles([p for i, p in enumerate(plans) if i not in (0, 3)]) + VC.run([gate, gate], ctx.tiles,
+                                                                                     ctx.workers))
+    return LayerCost(layer, fwd, bwd, tuple(plans))
+
+
+def _residual(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    op = VectorOp("binary", layer.activation_elems, ctx.half)
+    scaled = ctx.workload.drop_connect
+    return LayerCost(layer, VC.run([op] * (2 if scaled else 1), ctx.tiles, ctx.workers),
+                     VC.run([op] * (1 if scaled else 0), ctx.tiles, ctx.workers))
+
+
+def _pool(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    n, c = _channels(layer)
+    e_in = max(1, int(layer.flops_fwd))  # the pooling profile counts one FLOP per input element
+    if layer.activation_elems <= n * c:  # global average pooling
+        return LayerCost(layer, VC.reduction(e_in, n * c, c, ctx.tiles, ctx.workers, ctx.half),
+                         VC.elementwise(VectorOp("binary", e_in, ctx.half), ctx.tiles, ctx.workers))
+    taps = VectorOp("max", layer.activation_elems * MAXPOOL_TAPS, ctx.half)
+    return LayerCost(layer, VC.elementwise(taps, ctx.tiles, ctx.workers), VC.elementwise(taps, ctx.tiles, ctx.workers))
+
+
+def _dropout(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    op = VectorOp("binary", layer.activation_elems, ctx.half)
+    return LayerCost(layer, VC.run([op, op], ctx.tiles, ctx.workers), VC.run([op], ctx.tiles, ctx.workers))
+
+
+def _loss(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    e = max(1, layer.saved_elems)
+    op = VectorOp("binary", e, False)
+    return LayerCost(layer, VC.run([op] * LOSS_FWD_SETS, ctx.tiles, ctx.workers),
+                     VC.run([op] * LOSS_BWD_SETS, ctx.tiles, ctx.workers))
+
+
+def _elementwise(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
+    """Any other vector layer: one pass forward, one backward."""
+    op = VectorOp("binary", layer.activation_elems, ctx.half)
+    return LayerCost(layer, VC.elementwise(op, ctx.tiles, ctx.workers), VC.elementwise(op, ctx.tiles, ctx.workers))
