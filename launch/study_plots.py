@@ -115,10 +115,15 @@ def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
                 if not mine:
                     continue
                 name = arm.label + (f", {variant.label}" if len(study.variants) > 1 else "")
+                if not any(math.isfinite(s.mean(key)) for s in mine):
+                    continue
                 ax.plot([s.group.batch for s in mine], [s.mean(key) for s in mine], marker="os^dv<>"[i % 7],
                         ls=["-", "--", ":", "-."][j % 4], label=name)
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if ax.lines:
+            ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no run reached the target", ha="center", transform=ax.transAxes)
         ax.set_xlabel("global batch size")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")

@@ -25,7 +25,7 @@ import numpy as np
 from launch import checkpoint as ckpt
 from launch import train as train_cmd
 from launch.build import build_training
-from launch.config import TrainConfig, distribute, load_config
+from launch.config import TrainConfig, distribute, load_config, placement
 from launch.report import predicted_pod_images_per_s
 from launch.study_grid import Point, Study, point_overrides, pod_split
 from launch.trajectory import save_snapshots, snapshot_every
@@ -46,7 +46,7 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         cfg = point_config(study, point, data_path, run_dir, dist, snapshots)
-        t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+        t = build_training(cfg, comm, placement(cfg, dist))
         if snapshots:
             every = snapshot_every(t.total_steps, snapshots)
             t.cfg = cfg = replace(cfg, run=replace(cfg.run, checkpoint_every=every))
@@ -96,7 +96,8 @@ def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float) ->
         "train_images": info.num_samples, "final_val_accuracy": final["val_accuracy"],
         "final_val_loss": final["val_loss"], "best_val_accuracy": best["val_accuracy"],
         "best_val_loss": min(c["val_loss"] for c in curve), "cpu_s": cpu_s, "wall_s": wall_s, "curve": curve,
-        "instances": t.num_instances, "config": cfg.to_dict(), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        "instances": t.placement.num_instances, "config": cfg.to_dict(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     if pod is not None:
         step_s, pod_replicas, pod_micro, pod_accum = pod
         row.update(pod=study.pod, pod_replicas=pod_replicas, pod_micro_batch=pod_micro, pod_grad_accum=pod_accum,
@@ -139,8 +140,10 @@ def pod_step_seconds(cfg: TrainConfig, info, pod: str) -> tuple[float, int, int,
         raise ValueError(f"study pod {pod!r} is not one of {', '.join(PODS)}")
     replicas, micro, accum = pod_split(cfg.global_batch, PODS[pod].num_ipus, cfg.ipu.ipus_per_replica,
                                        cfg.data.micro_batch)
+    # list-valued model options (dense hidden sizes) as tuples: the plan's profile is cached by them
+    options = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.model.options)
     on_pod = replace(cfg, data=replace(cfg.data, replicas=replicas, micro_batch=micro, grad_accum=accum),
-                     ipu=replace(cfg.ipu, system=pod))
+                     ipu=replace(cfg.ipu, system=pod), model=replace(cfg.model, options=options))
     predicted = predicted_pod_images_per_s(on_pod, info.image_shape, info.num_classes, info.num_samples)
     if predicted is None:
         return None

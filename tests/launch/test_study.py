@@ -23,8 +23,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(autouse=True)
-def _one_thread(monkeypatch):
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
+def _one_blas_thread(monkeypatch):
+    # numba's thread count is fixed when models/ is imported (at collection): leave NUMBA_NUM_THREADS be
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.setenv(name, "1")
 
 
