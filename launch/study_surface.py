@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.build import build_training
+from launch.config import placement
 from launch.study_grid import Group, Study, make_point
 from launch.study_point import point_config
 from launch.trajectory import (SNAPSHOTS_FILE, Plane, grid_axes, load_snapshots, load_surface, loss_surface,
@@ -62,7 +63,7 @@ def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, c
     group = Group(study.variants[0], study.arm(study.trajectory.arm), study.arm(study.trajectory.arm).batches[0])
     point = make_point(study, group, first["lr"] if lead else 0.1, study.trajectory.seed, "seeds")
     cfg = point_config(study, point, data_path, out / "surface", dist)
-    t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+    t = build_training(cfg, comm, placement(cfg, dist))
     params = sorted(t.engine.params, key=lambda p: p.name)
     size = sum(p.data.size for p in params)
     basis = np.zeros((3, size), np.float64)
