@@ -8,6 +8,14 @@ Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's,
 ``NUMBA_NUM_THREADS`` or the core count), but on one thread when their first array is smaller
 than ``PARALLEL_MIN_ELEMS``: a parallel region costs a barrier, and on a busy machine (several
 simulated replicas per host) a barrier waits for a descheduled thread.
+
+Vectorisation: numba runs LLVM's loop vectoriser but leaves its SLP (straight-line) vectoriser
+off; the register-blocked kernels (``_direct_conv_kernels``) need it, because their fully
+unrolled ``TILE x VEC`` accumulators only become vector registers through SLP packing. It is
+switched on here, for the compilations this process makes (SLP packs independent operations
+and reorders nothing, so results are bit-identical with it off). ``CONTRACT`` is the one
+fast-math flag kernels may opt into: fusing ``a*b + c`` into an FMA (one rounding instead of
+two), as BLAS does.
 """
 
 from __future__ import annotations
@@ -16,10 +24,13 @@ import functools
 import os
 
 import numba
+from numba.core.codegen import get_host_cpu_features
 
 ENABLED = os.environ.get("POPRUN_JIT", "1") not in ("0", "false", "no")
 PARALLEL_MIN_ELEMS = 1 << 17
 _max_threads = numba.config.NUMBA_NUM_THREADS
+CONTRACT = frozenset({"contract"})
+numba.config.SLP_VECTORIZE = 1
 
 
 def is_enabled() -> bool:
@@ -40,13 +51,19 @@ def get_num_threads() -> int:
     return _max_threads
 
 
-def jit(parallel: bool = False):
-    """Compile a kernel with numba (nopython, cached, no fastmath, numpy error model)."""
+def vector_registers() -> int:
+    """Vector registers the compiled code may use: 32 with AVX-512, else 16 (x86-64)."""
+    return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
+
+
+def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
+    """Compile a kernel with numba (nopython, cached, numpy error model); ``fastmath`` is empty
+    (strict IEEE) or ``CONTRACT``."""
 
     def wrap(fn):
         if not ENABLED:
             return fn
-        compiled = numba.njit(cache=True, parallel=parallel, fastmath=False, nogil=True,
+        compiled = numba.njit(cache=True, parallel=parallel, fastmath=set(fastmath) or False, nogil=True,
                               error_model="numpy")(fn)
         if not parallel:
             return compiled

@@ -8,15 +8,19 @@ two-pass (mean first), so float32 results are as close to exact as the format al
 The normalised value is ``z = ((x - mu) - mu_lo)*a + beta``, where ``mu + mu_lo`` is the float64
 mean split into two working-precision numbers: subtracting the mean first, in two parts, keeps
 full precision when the mean is large against the spread. Activations (``act``: 0 none,
-1 SiLU, 2 ReLU) are evaluated in float64 with a vectorisable exp, then rounded once.
+1 SiLU, 2 ReLU): the forward SiLU of float32 tensors is evaluated in float32 (``sigmoid_w``,
+within a few ulp; eight SIMD lanes instead of four), everything else in float64 with a
+vectorisable exp, then rounded once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from models._jit import jit, prange
-from models._vmath import exp
+from numba.core import types
+
+from models._jit import ENABLED, jit, prange
+from models._vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2
 
@@ -28,6 +32,30 @@ def sigmoid(z):
     e = exp(-abs(zz))
     s = 1.0 / (1.0 + e)
     return s if zz >= 0 else e * s
+
+
+@jit()
+def _sigmoid32(z):
+    """Logistic function of a float32 in float32 arithmetic."""
+    e = exp_neg32(-abs(z))
+    s = np.float32(1.0) / (np.float32(1.0) + e)
+    return s if z >= 0 else e * s
+
+
+def sigmoid_w(z):
+    """sigmoid(z) in z's working precision: float32 arithmetic for a float32 (a few ulp; tested),
+    :func:`sigmoid` in float64 otherwise (and always when the kernels run as plain Python)."""
+    return sigmoid(z)
+
+
+if ENABLED:
+    from numba.extending import overload
+
+    @overload(sigmoid_w)
+    def _sigmoid_w(z):
+        if z == types.float32:
+            return lambda z: _sigmoid32(z)
+        return lambda z: sigmoid(z)
 
 
 @jit()
@@ -90,8 +118,8 @@ def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
     c_ = row.shape[0]
     if act == SILU:
         for c in range(c_):
-            z = float(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
-            sz = sigmoid(z)
+            z = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
+            sz = sigmoid_w(z)
             sig[c] = sz
             out[c] = z * sz
     elif act == RELU:
