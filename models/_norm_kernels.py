@@ -194,70 +194,9 @@ def scale_columns(dx, a):
 
 
 @jit(parallel=True)
-def group_moments(x, groups, mean, var):
-    """mean/var [N, G] of x [N, HW, C] over each image's (HW, C/G) group, float64, two-pass."""
-    n_, m_, c_ = x.shape
-    cg = c_ // groups
-    count = m_ * cg
-    for n in prange(n_):
-        acc = np.zeros(c_)
-        for r in range(m_):
-            row = x[n, r]
-            for c in range(c_):
-                acc[c] += row[c]
-        for g in range(groups):
-            mean[n, g] = acc[g * cg:(g + 1) * cg].sum() / count
-        mc = np.empty(c_)
-        for c in range(c_):
-            mc[c] = mean[n, c // cg]
-        acc[:] = 0
-        for r in range(m_):
-            row = x[n, r]
-            for c in range(c_):
-                d = row[c] - mc[c]
-                acc[c] += d * d
-        for g in range(groups):
-            var[n, g] = acc[g * cg:(g + 1) * cg].sum() / count
-
-
-@jit(parallel=True)
 def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
         n = i // m_
         _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act)
-
-
-@jit(parallel=True)
-def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
-    """Backward of group norm + act per image; per-image dgamma/dbeta partials [N, C] (float64)."""
-    n_, m_, c_ = x.shape
-    groups = invstd.shape[1]
-    cg = c_ // groups
-    count = m_ * cg
-    for n in prange(n_):
-        inv_c = np.empty(c_)
-        for c in range(c_):
-            inv_c[c] = invstd[n, c // cg]
-        p0, p1 = dbeta_n[n], dgamma_n[n]
-        p0[:] = 0
-        p1[:] = 0
-        for r in range(m_):
-            _dz_row(x[n, r], dy[n, r], sig[n, r], mu[n], mu_lo[n], a[n], beta, inv_c, dx[n, r], p0, p1, act)
-        kg0 = np.zeros(groups)
-        kg1 = np.zeros(groups)
-        for c in range(c_):
-            kg0[c // cg] += gamma[c] * p0[c] / count
-            kg1[c // cg] += gamma[c] * p1[c] / count
-        k0 = np.empty(c_)
-        k1 = np.empty(c_)
-        for c in range(c_):
-            k0[c] = kg0[c // cg]
-            k1[c] = kg1[c // cg]
-        for r in range(m_):  # dx = invstd * (gamma*dz - mean(gamma*dz) - xhat*mean(gamma*dz*xhat))
-            xr = x[n, r]
-            out = dx[n, r]
-            for c in range(c_):
-                xhat = (float(xr[c] - mu[n, c]) - mu_lo[n, c]) * inv_c[c]
-                out[c] = inv_c[c] * (gamma[c] * out[c] - k0[c] - xhat * k1[c])
