@@ -127,7 +127,7 @@ class Conv2d(Layer):
         elif self.path == "direct":
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
-            D.conv(self._split(x), self._direct_weight(), self._split(y), self.sh, self.sw, pt, pl)
+            self._direct_conv(self._split(x), self._direct_weight(), self._split(y), self.sh, self.sw, pt, pl)
         else:
             self._forward_im2col(x, y, ho, wo)
         if self.bias is not None:
@@ -145,11 +145,23 @@ class Conv2d(Layer):
             return self._backward_direct(dy)
         return self._backward_im2col(dy)
 
+    def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl) -> None:
+        """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's
+        stride phases use smaller kernels)."""
+        chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
+        kh, kw = w5.shape[1], w5.shape[2]
+        scratch = self._buf(f"row_scratch_{kh}x{kw}", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw), *x5.shape[3:]))
+        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch)
+
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
-        chunks = max(1, min(2 * _jit.get_num_threads(), dy5.shape[0] * dy5.shape[1]))
+        n, ho, wo = dy5.shape[:3]
+        block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
+        chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
         part = self._buf("dw_part", (chunks, x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
-        D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads)
+        scratch = self._buf("block_scratch", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
+                                              x5.shape[4]))
+        D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
         return part.sum(axis=0)
 
     def _backward_pointwise(self, dy):
@@ -224,7 +236,7 @@ class Conv2d(Layer):
                 if rows is None or cols is None:
                     out[...] = 0
                     continue
-                D.conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
+                self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
         return dx
 
     def _group_weight(self) -> np.ndarray:
