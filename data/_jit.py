@@ -30,16 +30,19 @@ def is_enabled() -> bool:
     return ENABLED
 
 
-def jit(fn: Callable | None = None, *, parallel: bool = False) -> Callable:
+def jit(fn: Callable | None = None, *, parallel: bool = False, fastmath: frozenset = frozenset()) -> Callable:
     """Compile ``fn`` with numba, or return it unchanged under ``POPRUN_JIT=0``.
 
-    Use bare (``@jit``) or with options (``@jit(parallel=True)``).
+    Use bare (``@jit``) or with options (``@jit(parallel=True)``). ``fastmath`` is empty (strict
+    IEEE) or a set of LLVM flags such as ``{"contract"}`` (fused multiply-add), for kernels whose
+    tests show the flags change nothing that matters.
     """
 
     def wrap(f: Callable) -> Callable:
         if not ENABLED:
             return f
-        return numba.njit(cache=True, parallel=parallel, fastmath=False, nogil=True, error_model="numpy")(f)
+        return numba.njit(cache=True, parallel=parallel, fastmath=set(fastmath) or False, nogil=True,
+                          error_model="numpy")(f)
 
     return wrap(fn) if fn is not None else wrap
 

@@ -8,6 +8,14 @@ Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's,
 ``NUMBA_NUM_THREADS`` or the core count), but on one thread when their first array is smaller
 than ``PARALLEL_MIN_ELEMS``: a parallel region costs a barrier, and on a busy machine (several
 simulated replicas per host) a barrier waits for a descheduled thread.
+
+Vectorisation: numba runs LLVM's loop vectoriser but leaves its SLP (straight-line) vectoriser
+off; the register-blocked kernels (``_direct_conv_kernels``) need it, because their fully
+unrolled ``TILE x VEC`` accumulators only become vector registers through SLP packing. It is
+switched on here, for the compilations this process makes (SLP packs independent operations
+and reorders nothing, so results are bit-identical with it off). ``CONTRACT`` is the one
+fast-math flag kernels may opt into: fusing ``a*b + c`` into an FMA (one rounding instead of
+two), as BLAS does.
 """
 
 from __future__ import annotations
@@ -15,12 +23,15 @@ from __future__ import annotations
 import functools
 
 import numba
+from numba.core.codegen import get_host_cpu_features
 
 from data import _jit as _compiler
 from data._jit import ENABLED, is_enabled, prange
 
 PARALLEL_MIN_ELEMS = 1 << 17
 _max_threads = numba.config.NUMBA_NUM_THREADS
+CONTRACT = frozenset({"contract"})
+numba.config.SLP_VECTORIZE = 1
 
 
 def set_num_threads(n: int) -> None:
@@ -36,13 +47,19 @@ def get_num_threads() -> int:
     return _max_threads
 
 
-def jit(parallel: bool = False):
-    """Compile a kernel (``data._jit.jit``); a parallel one runs on one thread for small inputs."""
+def vector_registers() -> int:
+    """Vector registers the compiled code may use: 32 with AVX-512, else 16 (x86-64)."""
+    return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
+
+
+def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
+    """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
+    parallel one runs on one thread for small inputs."""
 
     def wrap(fn):
         if not ENABLED:
             return fn
-        compiled = _compiler.jit(fn, parallel=parallel)
+        compiled = _compiler.jit(fn, parallel=parallel, fastmath=fastmath)
         if not parallel:
             return compiled
 
