@@ -230,14 +230,18 @@ def load_profile(plan: IpuPlan) -> list:
     .profile(batch_size)``; the image size is passed as the ``resolution`` override. Profiles are
     cached per model, overrides, image size and micro-batch (the PODs of a recipe share one).
     """
-    return list(_profile(plan.model, plan.model_overrides, plan.image_size, plan.num_classes, plan.micro_batch))
+    key = (plan.model, repr(plan.model_overrides), plan.image_size, plan.num_classes, plan.micro_batch)
+    if key not in _PROFILES:  # keyed by repr: override values may be lists (dense-mnist's hidden sizes)
+        from models import build_model
+
+        if len(_PROFILES) >= 16:
+            _PROFILES.pop(next(iter(_PROFILES)))
+        model = build_model(plan.model, plan.num_classes, resolution=plan.image_size, **dict(plan.model_overrides))
+        _PROFILES[key] = tuple(model.profile(plan.micro_batch))
+    return list(_PROFILES[key])
 
 
-@functools.lru_cache(maxsize=16)
-def _profile(model: str, overrides: tuple, image_size: int, num_classes: int, micro_batch: int) -> tuple:
-    from models import build_model
-
-    return tuple(build_model(model, num_classes, resolution=image_size, **dict(overrides)).profile(micro_batch))
+_PROFILES: dict[tuple, tuple] = {}
 
 
 # Published end-to-end figures to compare predictions with (docs/sources.md §1.1): EfficientNet-B4 trained on
