@@ -1,6 +1,6 @@
 """``python -m data``: convert datasets to the HDF5 layout, inspect and verify them.
 
-    python -m data convert idx DIR OUT.h5 [--preset fashion-mnist] [--train-limit N] [--val-limit N]
+    python -m data convert idx DIR OUT.h5 [--preset fashion-mnist|mnist | --class-names a,b,...] [--train-limit N]
     python -m data convert images DIR OUT.h5 --size 64 [--val-fraction 0.1] [--workers N]
     python -m data convert synthetic OUT.h5 --train N --val N --height H --width W --channels C --classes K
     python -m data info FILE.h5          # the layout summary of both splits
@@ -34,7 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     idx = kinds.add_parser("idx", help="MNIST-format IDX files (train-*, t10k-*; gzip or not)")
     idx.add_argument("source")
     idx.add_argument("out")
-    idx.add_argument("--preset", choices=sorted(PRESETS), default="fashion-mnist")
+    names = idx.add_mutually_exclusive_group()
+    names.add_argument("--preset", choices=sorted(PRESETS), help="class names, source and licence of a known set")
+    names.add_argument("--class-names", metavar="A,B,...", help="the class names, comma-separated, in label order")
+    idx.add_argument("--source-text", default="", help="the 'source' attribute (with --class-names or no names)")
+    idx.add_argument("--licence", default="unknown", help="the 'licence' attribute (with --class-names or no names)")
     idx.add_argument("--train-limit", type=int, help="keep a class-balanced subset of this many training images")
     idx.add_argument("--val-limit", type=int, help="same for validation (the t10k files)")
     idx.add_argument("--compression", choices=COMPRESSIONS, default="none")
@@ -66,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_convert(args: argparse.Namespace, progress) -> None:
     if args.kind == "idx":
-        names, source, licence = PRESETS[args.preset]
+        if args.preset:
+            names, source, licence = PRESETS[args.preset]
+        else:  # no silent preset: the names given, else the label indices
+            names = tuple(n.strip() for n in args.class_names.split(",")) if args.class_names else None
+            source, licence = args.source_text, args.licence
         convert.convert_idx(args.source, args.out, class_names=names, source=source, licence=licence,
                             train_limit=args.train_limit, val_limit=args.val_limit,
                             chunk_rows=args.chunk_rows, compression=args.compression, checksum=args.checksum,
@@ -117,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DatasetError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the writer already removed its partial file
+        print(f"\ninterrupted: {getattr(args, 'out', 'nothing')} was not written", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,28 +1,73 @@
-"""The one switch between numba and plain Python for every kernel in ``data/``.
+"""The one switch between numba-compiled and plain-Python kernels, for every package.
 
-Kernels are written once as ordinary Python over numpy arrays and compiled through :func:`jit`.
-Set ``POPRUN_JIT=0`` (the same switch as ``models/``) to run them uncompiled (slow, but steppable in a debugger).
-Compiled kernels release the GIL (``nogil=True``) so that the loader thread overlaps with the
-training thread, and are cached on disk so that a second process does not recompile them.
+Every hot kernel in ``models/``, ``data/`` and ``ipu/`` is written once as plain Python over numpy
+arrays and compiled through :func:`jit` (nopython, cached on disk, GIL released, no fastmath,
+numpy's error model). ``POPRUN_JIT=0`` (read here and nowhere else) runs them all uncompiled (slow,
+but steppable in a debugger); :data:`prange` then degrades to ``range``. It lives in ``data/``, the
+lowest package with kernels, because the loader must stay importable with numpy, numba and h5py
+alone; ``models/`` and ``ipu/`` compile through it too.
+
+:func:`splitmix64` (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA
+2014) is the one 64-bit mixer that the data order, the augmentation draws and the stochastic
+rounding hash their counters with.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numba
+import numpy as np
 
-_ENABLED = os.environ.get("POPRUN_JIT", "1") not in ("0", "false", "no")
+JIT_VARIABLE = "POPRUN_JIT"
+ENABLED = os.environ.get(JIT_VARIABLE, "1").strip().lower() not in ("0", "false", "no")
+prange = numba.prange if ENABLED else range
 
 
 def is_enabled() -> bool:
     """True when the kernels are compiled with numba."""
-    return _ENABLED
+    return ENABLED
 
 
-def jit(fn: Callable) -> Callable:
-    """Compile ``fn`` with numba (``nogil``, cached), or return it unchanged when disabled."""
-    if not _ENABLED:
-        return fn
-    return numba.njit(nogil=True, cache=True, error_model="numpy")(fn)
+def jit(fn: Callable | None = None, *, parallel: bool = False, fastmath: frozenset = frozenset()) -> Callable:
+    """Compile ``fn`` with numba, or return it unchanged under ``POPRUN_JIT=0``.
+
+    Use bare (``@jit``) or with options (``@jit(parallel=True)``). ``fastmath`` is empty (strict
+    IEEE) or a set of LLVM flags such as ``{"contract"}`` (fused multiply-add), for kernels whose
+    tests show the flags change nothing that matters.
+    """
+
+    def wrap(f: Callable) -> Callable:
+        if not ENABLED:
+            return f
+        return numba.njit(cache=True, parallel=parallel, fastmath=set(fastmath) or False, nogil=True,
+                          error_model="numpy")(f)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@jit
+def splitmix64(x: np.uint64) -> np.uint64:
+    """One splitmix64 step: a bijective 64-bit mixer of ``x`` (uint64 arithmetic, wrapping)."""
+    z = np.uint64(x) + _GOLDEN
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+@jit
+def hash3(a: int, b: int, c: int) -> np.uint64:
+    """A 64-bit hash of three non-negative integers (seed, epoch, sample id; seed, update, parameter)."""
+    h = splitmix64(np.uint64(a))
+    h = splitmix64(h ^ np.uint64(b))
+    return splitmix64(h ^ np.uint64(c))
+
+
+__all__ = ["ENABLED", "hash3", "is_enabled", "jit", "prange", "splitmix64"]

@@ -8,6 +8,7 @@ every block written. The CLI owns the bar, so this module imports no progress li
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -84,18 +85,27 @@ def read_idx_split(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     return images[..., None], labels
 
 
-def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_names: tuple[str, ...],
-                source: str, licence: str, train_limit: int | None = None, val_limit: int | None = None,
+def _ignore_interrupts() -> None:
+    """Decoding workers leave Ctrl-C to the parent, which stops them and removes the partial file."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def convert_idx(folder: str | os.PathLike, out: str | os.PathLike, *, class_names: tuple[str, ...] | None = None,
+                source: str = "", licence: str = "unknown", train_limit: int | None = None, val_limit: int | None = None,
                 chunk_rows: int = 1024, compression: str = "none", checksum: bool = True,
                 progress: Progress = None) -> Path:
     """MNIST-format IDX files (train-* and t10k-*, gzip or not) to a dataset file.
 
     ``train_limit``/``val_limit`` keep a class-balanced subset (the first samples of each class).
+    Without ``class_names`` the classes are named by their index (``"0"``, ``"1"``, ...).
     """
     folder = Path(folder)
+    read = {split: read_idx_split(folder, split) for split in ("train", "validation")}
+    if class_names is None:
+        class_names = tuple(str(k) for k in range(1 + max(int(labels.max()) for _, labels in read.values())))
     splits = {}
     for split, limit in (("train", train_limit), ("validation", val_limit)):
-        images, labels = read_idx_split(folder, split)
+        images, labels = read[split]
         if labels.max() >= len(class_names):
             raise ValueError(f"{folder}: label {labels.max()} but only {len(class_names)} class names")
         keep = balanced_subset(labels, limit, len(class_names))
@@ -166,7 +176,7 @@ def convert_images(root: str | os.PathLike, out: str | os.PathLike, *, size: int
     with DatasetWriter(out, image_shape=(size, size, 3), split_sizes=sizes, class_names=classes,
                        source=source or f"image folder {root}", licence=licence, chunk_rows=chunk_rows,
                        checksum=checksum) as writer, \
-            ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+            ProcessPoolExecutor(max_workers=workers or os.cpu_count(), initializer=_ignore_interrupts) as pool:
         for split, (files, labels) in splits.items():
             def blocks(files=files, labels=labels):
                 for i in range(0, len(files), chunk_rows):

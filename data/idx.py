@@ -40,11 +40,3 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         raise ValueError(f"{path}: IDX header promises shape {shape} ({expected} bytes) "
                          f"but {len(raw) - header} bytes follow; the file is truncated or corrupted")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-
-
-def write_idx(path: str | os.PathLike, array: np.ndarray, compress: bool = False) -> None:
-    """Write a uint8 array as an IDX file (used by tests and for round trips)."""
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    header = bytes([0, 0, _UBYTE, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
-    payload = header + array.tobytes()
-    Path(path).write_bytes(gzip.compress(payload) if compress else payload)

@@ -34,7 +34,8 @@ CACHE_MODES = ("auto", "memory", "stream")
 class BatchSpec:
     """How one global batch is split: ``M * A * local_replicas * num_instances`` samples.
 
-    ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)``.
+    ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)`` (the launcher's
+    ``POPDIST_REPLICA_INDEX_OFFSET``; ``launch.build.batch_spec`` fills it from the placement).
     """
 
     micro_batch: int
@@ -58,15 +59,6 @@ class BatchSpec:
     def global_batch(self) -> int:
         return self.micro_batch * self.grad_accum * self.total_replicas
 
-    @property
-    def instance_batch(self) -> int:
-        """Samples this instance receives per step."""
-        return self.micro_batch * self.grad_accum * self.local_replicas
-
-    @property
-    def replica_offset(self) -> int:
-        return self.instance_index * self.local_replicas
-
 
 @dataclass(frozen=True)
 class Batch:
@@ -87,7 +79,8 @@ class Batch:
 
 @dataclass
 class LoaderStats:
-    """Counters for the emulated I/O: batches handed out and seconds the consumer waited."""
+    """Counters for the emulated I/O: batches handed out and seconds the consumer waited for them
+    (blocked on the queue, or building them itself with ``prefetch=0``)."""
 
     batches: int = 0
     wait_seconds: float = 0.0
@@ -104,8 +97,7 @@ _END = object()
 class Loader:
     """Iterates this instance's share of every global batch, one epoch per ``for`` loop.
 
-    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch, and
-    ``loader.take(n)`` the next ``n`` batches across epochs; ``position`` is
+    ``iter(loader)`` yields the batches from ``position`` to the end of that epoch; ``position`` is
     the (epoch, step) of the *next* batch and moves when a batch is handed out, so saving it after
     a training step and restoring it with :meth:`set_position` replays exactly the batches an
     uninterrupted run would see. ``prefetch=0`` builds batches on the calling thread.
@@ -225,11 +217,11 @@ class Loader:
         epoch, step = self._position
         return self._batches(epoch, step, self.steps_per_epoch - step)
 
-    def take(self, num_steps: int) -> Iterator[Batch]:
-        """The next ``num_steps`` batches from ``position``, crossing epoch boundaries without a stall."""
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-        return self._batches(*self._position, num_steps)
+    def take(self, count: int) -> Iterator[Batch]:
+        """The next ``count`` batches from ``position``, across epoch boundaries (a host call of
+        several weight updates, as the pipelining API's infeed asks for)."""
+        epoch, step = self._position
+        return self._batches(epoch, step, count)
 
     def _positions(self, epoch: int, step: int, count: int) -> Iterator[tuple[int, int]]:
         for _ in range(count):
@@ -237,9 +229,11 @@ class Loader:
             epoch, step = (epoch + 1, 0) if step + 1 == self.steps_per_epoch else (epoch, step + 1)
 
     def _batches(self, epoch: int, step: int, count: int) -> Iterator[Batch]:
-        if self.prefetch == 0:
+        if self.prefetch == 0:  # built on the calling thread, which waits for all of it
             for position in self._positions(epoch, step, count):
+                start = time.perf_counter()
                 batch = self.batch_at(*position)
+                self.stats.wait_seconds += time.perf_counter() - start
                 self._advance(batch)
                 yield batch
             return

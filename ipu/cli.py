@@ -150,8 +150,8 @@ def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: 
         hours = prediction.time_to_train_s() / 3600
         lines.append(f"published: {published} h to train -> published/predicted = {published / hours:.2f}")
     if report_dir:
-        shown = min(plan.gradient_accumulation, 2 * plan.ipus_per_replica)  # a readable number of micro-batches
-        schedule = replica_schedule(plan.schedule, plan.ipus_per_replica, shown, plan.recompute)
+        shown = min(plan.gradient_accumulation, 2 * plan.num_stages)  # a readable number of micro-batches
+        schedule = replica_schedule(plan.schedule, plan.num_stages, shown, plan.recompute, plan.device_mapping)
         plot_memory_report(memory, report_dir / f"memory_{name}.png")
         plot_timeline(schedule, prediction.stage_costs, report_dir / f"timeline_{name}.png")
         lines.append(format_timeline(schedule))

@@ -127,29 +127,41 @@ def device_context(plan: IpuPlan) -> DeviceContext:
 def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     """The predicted cost of ``plan``; ``profile`` is the model's profile at ``plan.micro_batch``."""
     pod = plan.pod
-    split = split_stages(profile, plan.ipus_per_replica, plan.pipeline_splits)
+    split = split_stages(profile, plan.num_stages, plan.pipeline_splits)
     stages = stage_costs(plan, profile, split)
-    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute)
+    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
+                                plan.device_mapping)
     seconds = [s.seconds() for s in stages]
     pipeline_s = sum(slot_durations(schedule, seconds, sync_s=IPU_SYNC_S if split.num_stages > 1 else 0.0))
     per_mb = [sum(c.values()) for c in seconds]
-    worst = max(range(len(per_mb)), key=per_mb.__getitem__)
+    per_ipu = _per_ipu(schedule, per_mb)  # stages sharing an IPU (device_mapping) add up on it
+    worst = max(range(len(per_ipu)), key=per_ipu.__getitem__)
     n = plan.gradient_accumulation
     clock = pod.chip.clock_hz
-    busiest = stages[worst]
     io_total = _host_io_s(plan, pod)
     overlapped = plan.num_io_tiles > 0 and (plan.ipus_per_replica == 1 or plan.schedule == "grouped")
-    breakdown = {c: n * v / clock for c, v in busiest.per_micro_batch.as_dict().items()}
-    breakdown["exchange"] += n * 2 * busiest.send_s  # activations out, gradients back
-    breakdown["pipeline_bubble"] = max(0.0, pipeline_s - n * per_mb[worst])
+    breakdown = dict.fromkeys(CATEGORIES, 0.0)
+    for busiest in (s for s in stages if schedule.ipu_of(s.ipu) == worst):
+        for category, cycles in busiest.per_micro_batch.as_dict().items():
+            breakdown[category] += n * cycles / clock
+        breakdown["exchange"] += n * 2 * busiest.send_s  # activations out, gradients back
+    breakdown["pipeline_bubble"] = max(0.0, pipeline_s - n * per_ipu[worst])
     breakdown["host_io"] = max(0.0, io_total - pipeline_s) if overlapped else io_total
     breakdown["all_reduce"] = _all_reduce_s(plan, pod, profile, split)
-    breakdown["weight_update"] = max(s.optimizer_s for s in stages)
+    breakdown["weight_update"] = max(_per_ipu(schedule, [s.optimizer_s for s in stages]))
     breakdown["host_call"] = HOST_CALL_S / plan.device_iterations
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
     flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage)
                  if recomputes(s, split.num_stages, plan.recompute)) / plan.micro_batch
     return Prediction(plan, breakdown, tuple(per_mb), tuple(seconds), io_total, overlapped, flops, tuple(stages))
+
+
+def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
+    """Stage values summed per IPU of ``schedule.device_mapping`` (unchanged with one stage per IPU)."""
+    out = [0.0] * schedule.num_ipus
+    for s, value in enumerate(per_stage):
+        out[schedule.ipu_of(s)] += value
+    return out
 
 
 def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[StageCost]:
@@ -174,7 +186,7 @@ def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSpli
 def _host_io_s(plan: IpuPlan, pod: PodSpec) -> float:
     """Streaming one update's micro-batches to every replica over the slower of host link and NICs."""
     pixel_bytes = 1 if plan.eight_bit_io else get_precision(plan.precision).activation_bytes
-    per_replica = plan.gradient_accumulation * plan.micro_batch * plan.image_size**2 * 3 * pixel_bytes
+    per_replica = plan.gradient_accumulation * plan.image_elems * pixel_bytes
     link = pod.chip.host_link_bytes_per_s
     nics = pod.host_bytes_per_s(plan.num_hosts) / plan.replicas
     return per_replica / (min(link, nics) * HOST_LINK_EFFICIENCY)
@@ -186,9 +198,10 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     if r == 1:
         return 0.0
     grad_bytes = get_precision(plan.precision).accumulator_bytes
-    stage_bytes = [
-        sum(layer.params for layer in split.layers(profile, s)) * grad_bytes for s in range(split.num_stages)
-    ]
+    mapping = plan.device_mapping or tuple(range(split.num_stages))
+    stage_bytes = [0] * (1 + max(mapping))  # per IPU: the stages device_mapping puts on it
+    for s in range(split.num_stages):
+        stage_bytes[mapping[s]] += sum(layer.params for layer in split.layers(profile, s)) * grad_bytes
     spec = pod.chip
     ring_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * ALLREDUCE_RING_LINKS * LINK_EFFICIENCY
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))

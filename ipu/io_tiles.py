@@ -1,9 +1,9 @@
 """IO tiles: how many of each IPU's tiles hold incoming batches instead of computing.
 
 IO tiles (``num_io_tiles``) are taken away from compute and hold the prefetched input batches,
-within 0.9 of their memory (the legacy ``io_tile_available_memory_proportion`` default, ref §7).
+within 0.9 of their memory (the ``io_tile_available_memory_proportion`` default, docs/sources.md §6).
 Host transfer then overlaps compute, but only for a single-IPU replica or the grouped pipeline
-schedule (TF user guide §7.2, ref §7). This is the device model's side; the runtime's infeed
+schedule (Graphcore's TensorFlow user guide, docs/sources.md §6). This is the device model's side; the runtime's infeed
 (``ipu.runtime.streams``) is what fills them.
 """
 
@@ -16,8 +16,8 @@ from ipu.specs import IpuSpec
 
 logger = logging.getLogger(__name__)
 
-IO_TILE_MEMORY_PROPORTION = 0.9  # ref §7: io_tile_available_memory_proportion default
-MIN_IO_TILES = 32  # ref §3: Graphcore's CNN arg help, "Number of IO tiles. Minimum 32"
+IO_TILE_MEMORY_PROPORTION = 0.9  # docs/sources.md §6: io_tile_available_memory_proportion default
+MIN_IO_TILES = 32  # docs/sources.md §6: Graphcore's CNN arg help, "Number of IO tiles. Minimum 32"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ For each IPU (pipeline stage) the model places, from the stage's ``LayerProfile`
 * code and exchange overhead, per tile and per layer.
 
 A tile fits when its bytes do not exceed ``memory_per_tile``. When one does not, ``check_fit``
-raises ``IpuOutOfMemoryError`` in Poplar's words before any step runs (ref §7, §10.9). All
+raises ``IpuOutOfMemoryError`` in Poplar's words before any step runs (docs/sources.md §5). All
 constants below are modelling assumptions, not Graphcore figures.
 """
 
@@ -97,19 +97,25 @@ class MemoryPlan:
 def fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
     """Place ``plan``'s replica (``profile`` at ``plan.micro_batch``) on its IPUs; never raises OOM."""
     spec = get_chip(plan.chip)
-    split = split_stages(profile, plan.ipus_per_replica, plan.pipeline_splits)
-    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute)
-    image_elems = plan.micro_batch * plan.image_size**2 * 3
+    split = split_stages(profile, plan.num_stages, plan.pipeline_splits)
+    schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
+                                plan.device_mapping)
+    image_elems = plan.image_elems
     io = plan_io_tiles(
         spec, plan.num_io_tiles, image_elems * (1 if plan.eight_bit_io else 4), plan.prefetch_depth,
         plan.ipus_per_replica, plan.schedule,
     )
     stashes = stashed_elems(profile, split, schedule, input_elems=image_elems)
-    ipus = tuple(
-        _place_stage(plan, spec, split.layers(profile, s), stashes[s], split.blocks[s], s, io.compute_tiles)
-        for s in range(split.num_stages)
-    )
-    return MemoryPlan(ipus, io, split)
+    ipus = []
+    for ipu in range(schedule.num_ipus):  # the stages mapped to an IPU share its tiles
+        stages = [s for s in range(split.num_stages) if schedule.ipu_of(s) == ipu]
+        if not stages:
+            continue
+        layers = [layer for s in stages for layer in split.layers(profile, s)]
+        stash = {name: elems for s in stages for name, elems in stashes[s].items()}
+        blocks = tuple(block for s in stages for block in split.blocks[s])
+        ipus.append(_place_stage(plan, spec, layers, stash, blocks, ipu, io.compute_tiles))
+    return MemoryPlan(tuple(ipus), io, split)
 
 
 def check_fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
@@ -204,7 +210,7 @@ def _temporaries(plan: IpuPlan, layers: list[LayerProfile], act_bytes: int, ipu_
     """Peak per-layer temporaries: the conv workspace (AMP-capped) plus activation gradients."""
     cap = plan.available_memory_proportion * ipu_bytes
     peak = 0.0
-    previous = plan.micro_batch * plan.image_size**2 * 3
+    previous = plan.image_elems
     for layer in layers:
         io_bytes = (previous + layer.activation_elems) * act_bytes
         workspace = min(cap, CONV_WORKSPACE_FACTOR * io_bytes) if layer.matmul else 0.0

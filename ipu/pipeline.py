@@ -72,13 +72,26 @@ def split_balanced(profile: Sequence[LayerProfile], num_stages: int, by: str = "
     return _split_from_cuts(profile, order, cuts)
 
 
-def check_gradient_accumulation(gradient_accumulation: int, num_stages: int) -> None:
-    """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (ref §8)."""
+def check_pipeline_splits(splits: Sequence[str], num_stages: int, field: str = "pipeline_splits") -> None:
+    """Splits name the first block of each later stage: an N-stage replica (N IPUs unless a device
+    mapping puts several stages on one) needs N - 1 of them (none means "balance automatically"
+    where the caller allows it)."""
+    if splits and len(splits) != num_stages - 1:
+        raise ValueError(f"{field} has {len(splits)} splits ({len(splits) + 1} stages) but the replica has "
+                         f"{num_stages} stages (IPUs per replica): give {num_stages - 1} block names")
+
+
+def check_gradient_accumulation(gradient_accumulation: int, num_stages: int,
+                                names: tuple[str, str] = ("--gradient-accumulation", "--ipus-per-replica")) -> None:
+    """A pipeline needs every stage busy in the main phase: GA >= 2 x stages (docs/sources.md §7).
+
+    ``names``: how the caller's user spells the accumulation count and the stage count, for the fix.
+    """
     if num_stages > 1 and gradient_accumulation < 2 * num_stages:
         raise ValueError(
             f"gradient accumulation {gradient_accumulation} is too small for a {num_stages}-stage "
             f"pipeline: it must be at least 2 x stages = {2 * num_stages}; raise "
-            f"--gradient-accumulation or use fewer --ipus-per-replica"
+            f"{names[0]} to {2 * num_stages} or more, or use fewer {names[1]}"
         )
 
 
@@ -202,8 +215,9 @@ def split_stages(profile: Sequence[LayerProfile], num_stages: int, splits: Seque
     return split_balanced(profile, num_stages, by="flops")
 
 
-def replica_schedule(kind: str, num_stages: int, gradient_accumulation: int, recompute: bool) -> Schedule:
+def replica_schedule(kind: str, num_stages: int, gradient_accumulation: int, recompute: bool,
+                     device_mapping: Sequence[int] = ()) -> Schedule:
     """The schedule one replica runs per weight update; a single stage runs sequentially."""
     if num_stages == 1:
-        return build_schedule("sequential", 1, gradient_accumulation, recompute)
-    return build_schedule(kind, num_stages, gradient_accumulation, recompute)
+        return build_schedule("sequential", 1, gradient_accumulation, recompute, device_mapping)
+    return build_schedule(kind, num_stages, gradient_accumulation, recompute, device_mapping)

@@ -1,7 +1,7 @@
 """An IPU execution plan: how one training configuration maps onto a POD, plus named presets.
 
 The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
-(SDK 2.4) and ``graphcore-research`` (ref §1.2, §1.3, §2, §9), and its public ResNet-50 v1.5
+(SDK 2.4) and ``graphcore-research`` (docs/sources.md §1, §2), and its public ResNet-50 v1.5
 training recipe (``graphcore/examples`` @ 09b7c67, ``vision/cnns/tensorflow1/training/configs.yml``),
 the second workload the cost model is checked against (``ipu/validation.py``).
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ipu.pipeline import check_gradient_accumulation
+from ipu.pipeline import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
-from ipu.schedule import SCHEDULES
+from ipu.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
+from poprun_py.systems import is_power_of_two
 
-IMAGENET_TRAIN_IMAGES = 1_281_167  # ref §10.1
+IMAGENET_TRAIN_IMAGES = 1_281_167  # docs/sources.md §8
 OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
 
 
@@ -27,12 +28,14 @@ class IpuPlan:
     model: str = "efficientnet-b4-gn"
     model_overrides: tuple[tuple[str, object], ...] = ()  # passed to models.build_model
     image_size: int = 380
+    image_channels: int = 3
     num_classes: int = 1000
     micro_batch: int = 3
     gradient_accumulation: int = 1
     replicas: int = 1
     ipus_per_replica: int = 1
     pipeline_splits: tuple[str, ...] = ()  # empty with several IPUs: balance automatically
+    device_mapping: tuple[int, ...] = ()  # IPU of each pipeline stage; () = one stage per IPU
     schedule: str = "grouped"
     precision: str = "16.16"
     half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
@@ -65,12 +68,15 @@ class IpuPlan:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
         _check_power_of_two("ipus_per_replica", self.ipus_per_replica)
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
-            raise ValueError(
-                f"{len(self.pipeline_splits)} pipeline splits make {len(self.pipeline_splits) + 1} stages but "
-                f"ipus_per_replica is {self.ipus_per_replica}: give ipus_per_replica - 1 splits"
-            )
-        check_gradient_accumulation(self.gradient_accumulation, self.ipus_per_replica)
+        if self.device_mapping:
+            check_device_mapping(self.device_mapping, len(self.device_mapping), self.schedule)
+            if max(self.device_mapping) >= self.ipus_per_replica:
+                raise ValueError(
+                    f"device_mapping {list(self.device_mapping)} uses IPU {max(self.device_mapping)} but a replica "
+                    f"has {self.ipus_per_replica} IPUs (0..{self.ipus_per_replica - 1}): raise ipus_per_replica"
+                )
+        check_pipeline_splits(self.pipeline_splits, self.num_stages)
+        check_gradient_accumulation(self.gradient_accumulation, self.num_stages)
         pod = self.pod
         if self.total_ipus > pod.num_ipus:
             raise ValueError(
@@ -84,30 +90,43 @@ class IpuPlan:
         return get_pod(self.system, self.chip)
 
     @property
+    def num_stages(self) -> int:
+        """Pipeline stages: one per ``device_mapping`` entry, else one per IPU."""
+        return len(self.device_mapping) if self.device_mapping else self.ipus_per_replica
+
+    @property
+    def image_elems(self) -> int:
+        """Elements of one micro-batch of input images."""
+        return self.micro_batch * self.image_size**2 * self.image_channels
+
+    @property
     def total_ipus(self) -> int:
         return self.replicas * self.ipus_per_replica
 
     @property
     def global_batch(self) -> int:
-        """Images per weight update: micro-batch x GA x replicas (ref §10.1)."""
+        """Images per weight update: micro-batch x GA x replicas (docs/sources.md §1.3)."""
         return self.micro_batch * self.gradient_accumulation * self.replicas
-
-    @property
-    def updates_per_epoch(self) -> int:
-        return self.dataset_images // self.global_batch
 
     @property
     def overrides(self) -> dict[str, object]:
         return dict(self.model_overrides)
 
 
+def optimizer_state(name: str, momentum: float = 0.0) -> str:
+    """The optimizer-state model (``OPTIMIZER_STATE_SLOTS`` key) of a ``models.optim`` rule name."""
+    if name in ("sgd", "nesterov"):
+        return "momentum" if momentum > 0 else "sgd"
+    return {"adamw": "adam"}.get(name, name)
+
+
 def _check_power_of_two(name: str, value: int) -> None:
-    if value & (value - 1):
-        raise ValueError(f"{name} must be a power of two on an IPU-POD (ref §7), got {value}")
+    if not is_power_of_two(value):
+        raise ValueError(f"{name} must be a power of two on an IPU-POD (docs/sources.md §4), got {value}")
 
 
 # G16 EfficientNet-B4 with LARS, 2 IPUs per replica split at block4a, 16.16 with stochastic
-# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (ref §1.2).
+# rounding, recomputation, grouped schedule, AMP 0.4, 32 IO tiles, prefetch 3, 8-bit IO (docs/sources.md §1.2).
 G16_B4 = IpuPlan(
     model="efficientnet-b4-gn",
     model_overrides=(("group_size", 16), ("expand_ratio", 4)),
@@ -153,7 +172,7 @@ RESNET50_POD16 = IpuPlan(
     epochs=40.0,
 )
 
-# Per-POD replicas and GA keep the global batch at 6144 (ref §1.3); hosts as documented (POD16 1,
+# Per-POD replicas and GA keep the global batch at 6144 (docs/sources.md §1.3); hosts as documented (POD16 1,
 # POD64 4) or the most the system takes (POD128 8 as in the PopRun example, POD256 16).
 PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod4": replace(G16_B4, system="POD4", replicas=2, gradient_accumulation=160),
@@ -162,7 +181,7 @@ PRESETS: dict[str, IpuPlan] = {
     "g16-b4-pod128": replace(G16_B4, system="POD128", replicas=64, gradient_accumulation=32, num_hosts=8),
     "g16-b4-pod256": replace(G16_B4, system="POD256", replicas=128, gradient_accumulation=16, num_hosts=16),
     # The G1 (depthwise) baseline: 4 IPUs per replica, micro-batch 3, GA 64, 4 replicas = 768,
-    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (ref §1.2, §2, §10.9).
+    # RMSprop, 16.32, splits [block2b, block4b, block6c], AMP 0.15 (docs/sources.md §1.4).
     "g1-b4-4ipu": IpuPlan(
         model="efficientnet-b4-gn",
         model_overrides=(("group_size", 1), ("expand_ratio", 6)),
@@ -216,17 +235,12 @@ def load_profile(plan: IpuPlan) -> list:
 
 @functools.lru_cache(maxsize=16)
 def _profile(model: str, overrides: tuple, image_size: int, num_classes: int, micro_batch: int) -> tuple:
-    import models
+    from models import build_model
 
-    build = getattr(models, "build_model", None)
-    if build is None:
-        raise RuntimeError(
-            "models.build_model is not available yet: pass a profile (list[LayerProfile]) explicitly"
-        )
-    return tuple(build(model, num_classes, resolution=image_size, **dict(overrides)).profile(micro_batch))
+    return tuple(build_model(model, num_classes, resolution=image_size, **dict(overrides)).profile(micro_batch))
 
 
-# Published end-to-end figures to compare predictions with (ref §1.1): EfficientNet-B4 trained on
+# Published end-to-end figures to compare predictions with (docs/sources.md §1.1): EfficientNet-B4 trained on
 # IPU-POD256 in 1.8 hours (MLPerf v1.1 blog, read through a garbled mirror; the blog's opening says
 # "less than two hours" on POD128/POD256). Assumes the recipe's 350 epochs at 380 pixels.
 # The run was on Mk2 IPU-PODs (December 2021; Bow was announced in March 2022): only Mk2 predictions

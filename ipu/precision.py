@@ -3,7 +3,7 @@
 Graphcore's CNN configs name precision ``compute.weights``: ``16.32`` computes in float16 and
 keeps float32 master weights; ``16.16`` keeps everything in float16, so the weight update itself
 is rounded to float16, stochastically when stochastic rounding is on (the default for the G16
-recipe, ref §1.5 and §10.6). The emulator computes in float32 on the CPU; these helpers apply the
+recipe, docs/sources.md §1.2). The emulator computes in float32 on the CPU; these helpers apply the
 storage rounding a real IPU would apply, and ``ipu/runtime/emulation.py`` applies them in training runs
 (``ipu.emulate_precision``). Loss scaling (static 128 or dynamic) lives with the
 optimizers in ``models/optim/loss_scaling.py``; ``LOSS_SCALE`` below is the recipe's static value.
@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from data._jit import jit, splitmix64
+
 FP16_MAX = 65504.0
-LOSS_SCALE = 128.0  # ref §1.2: Graphcore CNN default --loss-scaling 128 (static)
+LOSS_SCALE = 128.0  # docs/sources.md §1.2: Graphcore CNN default --loss-scaling 128 (static)
 FP16_MIN_NORMAL_EXP = -14  # smallest normal float16 is 2**-14
 FP16_MANTISSA_BITS = 10
 
@@ -54,15 +55,7 @@ def get_precision(name: str) -> PrecisionMode:
     return PRECISIONS[name]
 
 
-@numba.njit(cache=True, inline="always")
-def _splitmix64(state: np.uint64) -> np.uint64:
-    z = state + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(cache=True)
+@jit
 def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray, out_bits: np.ndarray) -> None:
     """Round each float32 of ``x`` (flat, given as its uint32 bits) to a float16-representable
     value, stochastically, into float32 ``out`` (flat; ``out_bits`` is its uint32 view; it may
@@ -83,7 +76,7 @@ def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray, out_bits: np.nda
         if exp == np.uint32(0xFF) or m == np.uint32(0):  # inf, nan, zeros
             out_bits[i] = b
             continue
-        draw = _splitmix64(seed + np.uint64(i))
+        draw = splitmix64(seed + np.uint64(i))
         if exp >= np.uint32(127 + FP16_MIN_NORMAL_EXP):
             m = (m + np.uint32(draw >> np.uint64(51))) & np.uint32(0xFFFFE000)
             out_bits[i] = sign | (m if m <= np.uint32(0x477FE000) else np.uint32(0x7F800000))  # 65504, else inf
@@ -96,7 +89,7 @@ def _sr_kernel(x: np.ndarray, seed: np.uint64, out: np.ndarray, out_bits: np.nda
             out[i] = -r if sign else r
 
 
-@numba.njit(cache=True)
+@jit
 def _rn_kernel(x: np.ndarray, bits: np.ndarray) -> None:
     """Round each float32 of ``x`` (flat; ``bits`` is its uint32 view) in place to its nearest
     float16 value, ties to even, as an IPU (and numpy) float32 -> float16 cast: subnormals kept,
@@ -155,21 +148,13 @@ def stochastic_round_to_fp16(
     return out
 
 
-def store_weights(w32: np.ndarray, mode: PrecisionMode) -> np.ndarray:
-    """The weights as the IPU would store them at start: float16 (nearest) for 16.16, else float32."""
-    return w32.astype(np.float16 if mode.weight_bytes == 2 else np.float32)
-
-
-def apply_update(
-    w: np.ndarray, delta: np.ndarray, mode: PrecisionMode, rng_or_seed: np.random.Generator | int
-) -> np.ndarray:
-    """``w + delta`` stored in the mode's weight width, in place, and returned.
-
-    With 16.16 the sum is formed in float32 and stochastically rounded back to float16, so that
-    updates smaller than half a float16 ulp still move the weight on average.
-    """
-    total = w.astype(np.float32) + delta.astype(np.float32)
-    if mode.stochastic_update:
-        return stochastic_round_to_fp16(total, rng_or_seed, out=w)
-    w[...] = total
-    return w
+def stochastic_round_to_fp16_(x: np.ndarray, seed: int) -> np.ndarray:
+    """Contiguous float32 ``x`` stochastically rounded in place to float16 values (kept as float32),
+    returned: how a ``16.16`` IPU stores a weight update. Element ``i`` draws ``splitmix64(seed + i)``."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise ValueError(f"stochastic_round_to_fp16_ rounds contiguous float32 arrays in place, got {x.dtype} "
+                         f"(contiguous={x.flags.c_contiguous})")
+    flat = x.reshape(-1)
+    bits = flat.view(np.uint32)
+    _sr_kernel(bits, np.uint64(int(seed) % 2**64), flat, bits)
+    return x

@@ -16,15 +16,33 @@ slot lasts as long as its busiest IPU.
 * ``sequential``: one micro-batch at a time through all stages, one operation per slot, as a
   sharded (unpipelined) model. Slowest; one micro-batch stashed per stage. A single-IPU replica
   runs this way (with recomputation: between block checkpoints, as Graphcore's single-IPU
-  "pipeline" with recomputation does, ref §8).
+  "pipeline" with recomputation does, docs/sources.md §7).
 
 The reference (§8) names the schedules and their trade-offs but not their exact slot layout;
 the layouts above are this emulator's model of them.
+
+``device_mapping[s]`` is the IPU that stage s runs on (default: stage s on IPU s). Several stages
+may share an IPU (Graphcore's ``device_mapping``, e.g. to keep layers that share weights together);
+their operations in one slot then run back to back on that IPU.
+
+Bubble arithmetic (:func:`expected_bubble_share`): with every stage costing ``f`` per forward and
+``b`` per backward and no recomputation, one weight update of N micro-batches on S stages lasts
+
+* grouped: ``S f + (N - 1)(f + b) + S b`` (S forward-only ramp-up slots, N - 1 slots with a
+  forward and a backward, S backward-only ramp-down slots);
+* interleaved: ``S f + (S + 1) b + (2N - 3) max(f, b)`` (S forward-only slots while the first
+  micro-batch reaches the last stage, S + 1 backward-only slots while the last one returns, and
+  2N - 3 slots in between where some IPU runs a forward and another a backward);
+* sequential: ``N S (f + b)`` (one operation at a time).
+
+Each IPU works ``N (f + b)`` of that time; the rest is the pipeline bubble.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 SCHEDULES = ("grouped", "interleaved", "sequential")
 
@@ -52,6 +70,15 @@ class Schedule:
     num_micro_batches: int
     recompute: bool
     ops: tuple[tuple[Op, ...], ...]  # ops[stage], in execution order
+    device_mapping: tuple[int, ...] = ()  # IPU of each stage; () = stage s on IPU s
+
+    def ipu_of(self, stage: int) -> int:
+        return self.device_mapping[stage] if self.device_mapping else stage
+
+    @property
+    def num_ipus(self) -> int:
+        """IPUs the stages run on (the highest mapped IPU + 1)."""
+        return 1 + max(self.ipu_of(s) for s in range(self.num_stages))
 
     @property
     def num_slots(self) -> int:
@@ -70,8 +97,12 @@ class Schedule:
         return peak
 
 
-def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute: bool = False) -> Schedule:
-    """The schedule ``kind`` for ``num_stages`` stages and ``num_micro_batches`` micro-batches."""
+def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute: bool = False,
+                   device_mapping: Sequence[int] = ()) -> Schedule:
+    """The schedule ``kind`` for ``num_stages`` stages and ``num_micro_batches`` micro-batches.
+
+    ``device_mapping``: the IPU of each stage (empty: stage s on IPU s); see :func:`check_device_mapping`.
+    """
     if kind not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
     if num_stages < 1 or num_micro_batches < 1:
@@ -84,7 +115,40 @@ def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute
     ops = tuple(
         tuple(_with_recompute(stage_ops, num_stages, recompute)) for stage_ops in slots
     )
-    return Schedule(kind, num_stages, num_micro_batches, recompute, ops)
+    mapping = check_device_mapping(device_mapping, num_stages, kind) if device_mapping else ()
+    return Schedule(kind, num_stages, num_micro_batches, recompute, ops, mapping)
+
+
+def check_device_mapping(device_mapping: Sequence[int], num_stages: int, kind: str) -> tuple[int, ...]:
+    """One non-negative IPU index per stage. The interleaved schedule places each stage's operations
+    in slots of their own, so it cannot share an IPU between stages (Graphcore's rule for training)."""
+    mapping = tuple(int(i) for i in device_mapping)
+    if len(mapping) != num_stages:
+        raise ValueError(f"device_mapping {list(mapping)} has {len(mapping)} entries for {num_stages} stages: "
+                         f"give one IPU index per stage")
+    if any(i < 0 for i in mapping):
+        raise ValueError(f"device_mapping {list(mapping)}: IPU indices must be >= 0")
+    if kind == "interleaved" and len(set(mapping)) < len(mapping):
+        raise ValueError(f"device_mapping {list(mapping)} puts several stages on one IPU, which the interleaved "
+                         f"schedule does not support when training: use the grouped or sequential schedule, "
+                         f"or one IPU per stage")
+    return mapping
+
+
+def expected_bubble_share(kind: str, num_stages: int, num_micro_batches: int, fwd: int = 1,
+                          bwd: int = 1) -> Fraction:
+    """The idle share of the IPUs' time in one weight update, from the slot arithmetic above
+    (every stage costs ``fwd`` per forward and ``bwd`` per backward; no recomputation)."""
+    s, n, f, b = num_stages, num_micro_batches, Fraction(fwd), Fraction(bwd)
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
+    if s == 1 or kind == "sequential":
+        total = n * s * (f + b)
+    elif kind == "grouped":
+        total = s * f + (n - 1) * (f + b) + s * b
+    else:
+        total = s * f + (s + 1) * b + (2 * n - 3) * max(f, b)
+    return 1 - n * (f + b) / total
 
 
 def recomputes(stage: int, num_stages: int, recompute: bool) -> bool:

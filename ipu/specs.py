@@ -1,7 +1,7 @@
 """Hardware facts for the simulated IPUs, the machines that hold them and the PODs they form.
 
-Every number carries its source. "ref §7" means ``shared/reference/efficientnet-and-ipu.md``
-section 7, which quotes the primary source (datasheet, guide or paper). "Derived" marks
+Every number carries its source: ``docs/sources.md`` section 4 lists each with its public
+source (datasheet, guide, paper or article). "Derived" marks
 arithmetic on sourced inputs; "assumed" marks a modelling choice with no public figure behind it.
 The POD shapes (IPUs, hosts, IPU-Link domains) come from ``poprun_py.systems``, the table the
 launcher validates against; this module adds the chip and link facts on top of it.
@@ -104,14 +104,14 @@ CONV_LOAD_ELEMS_FLOAT = 2
 EXCHANGE_BYTES_PER_CYCLE = 4
 MEMORY_BYTES_PER_CYCLE = 24  # derived, see above
 
-# Mk1 GC2: 1216 tiles, 256 KiB/tile (304 MiB), 124.5 TFLOPS mixed, 31.1 TFLOPS FP32 (ref §7,
+# Mk1 GC2: 1216 tiles, 256 KiB/tile (304 MiB), 124.5 TFLOPS mixed, 31.1 TFLOPS FP32 (docs/sources.md §4,
 # Citadel microbenchmark notes). Clock 1.6 GHz is derived: 124.5e12 / (1216 x 64) = 1.60e9.
 # Conv units: 8 (16 exist "only on IPU2 / IPU21", poplibs tests/poplin/codelets/ConvPartial1x1Out.cpp),
 # so 8 x 4 = 32 half MACs = 64 FLOP/cycle, 124.5 TFLOPS; float: 31.1e12 / (1216 x 1.6e9 x 2 x 2) = 4 units.
 MK1_GC2 = IpuSpec(
     name="Mk1 GC2",
     tiles=1216,
-    threads_per_tile=6,  # same barrel-threaded tile as Mk2 (ref §7 flashcards; assumed for Mk1)
+    threads_per_tile=6,  # same barrel-threaded tile as Mk2 (docs/sources.md §4 flashcards; assumed for Mk1)
     memory_per_tile=256 * KIB,
     clock_hz=1.6e9,  # derived, see above
     conv_units_half_partials=8,
@@ -120,16 +120,16 @@ MK1_GC2 = IpuSpec(
     coeff_load_bytes_per_cycle=16,  # assumed equal to Mk2
     exchange_bytes_per_cycle=EXCHANGE_BYTES_PER_CYCLE,
     tiles_per_exchange_bus=1,  # assumed: no shared exchange bus on Mk1
-    memory_bytes_per_s=45e12,  # 45 TB/s (ref §7, Citadel notes)
+    memory_bytes_per_s=45e12,  # 45 TB/s (docs/sources.md §4, Citadel notes)
     ipu_links=10,  # assumed equal to Mk2 (no primary figure in the reference)
     ipu_link_bytes_per_s=320 * GB,  # assumed equal to Mk2
     host_link_bytes_per_s=32 * GB,  # assumed: PCIe Gen4 x16 card shared by 2 IPUs
 )
 
 # Mk2 GC200: 1472 tiles, 6 threads, 900 MB (624 KiB/tile), 250 TFLOPS FP16, 62.4 TFLOPS FP32
-# (ref §7: hexus, POD64 datasheet 3.994 PF FP32 / 64). Clock 1.33 GHz derived from
+# (docs/sources.md §4: hexus, POD64 datasheet 3.994 PF FP32 / 64). Clock 1.33 GHz derived from
 # 250e12 / (1472 x 128). "About 47 TB/s within an IPU" (Memory & Performance guide §2.1).
-# 10 IPU-Links, 320 GB/s; host interface PCIe Gen4, 64 GB/s per IPU (ref §7 flashcards).
+# 10 IPU-Links, 320 GB/s; host interface PCIe Gen4, 64 GB/s per IPU (docs/sources.md §4 flashcards).
 # Conv units: 16 with half partials ("On IPU2 with half inputs we need to enable 8 engines config
 # as well", ConvVertexType.cpp): 16 x 4 = 64 MACs = 128 FLOP/cycle, 250 TFLOPS. Half inputs with
 # float partials take the 8-unit code path (PerformanceEstimation.hpp: "half activations, half
@@ -155,7 +155,7 @@ MK2_GC200 = IpuSpec(
 )
 
 # Bow IPU: the same 1472 tiles and 900 MB as Mk2 at 1.85 GHz, "+40 % performance"; Bow-2000 is
-# 1.4 PF for 4 IPUs (ref §7: Bow-2000 datasheet, talent-republic). 1472 x 128 x 1.85e9 = 348.6
+# 1.4 PF for 4 IPUs (docs/sources.md §4: Bow-2000 datasheet, talent-republic). 1472 x 128 x 1.85e9 = 348.6
 # TFLOPS, consistent with 1.4 PF / 4. Same tile as Mk2: per-cycle rates equal, the clock differs.
 BOW = IpuSpec(
     name="Bow",
@@ -193,7 +193,7 @@ class MachineSpec:
 
 
 # IPU-M2000: 4 x GC200, 1 PF FP16.16, IPU-Gateway 2.8 Tbps, 448 GB Streaming Memory at launch,
-# 1.5 kW (ref §7: hexus, tech5.in, eenewseurope). GW-Link and host-NIC rates are assumed:
+# 1.5 kW (docs/sources.md §4: hexus, tech5.in, eenewseurope). GW-Link and host-NIC rates are assumed:
 # 2 x 100 Gb/s each (not in the reference).
 M2000 = MachineSpec(
     name="IPU-M2000",
@@ -207,7 +207,7 @@ M2000 = MachineSpec(
 )
 
 # Bow-2000: 4 x Bow, 1.4 PF, up to 256 GB Streaming Memory, 1.25 kW, "Host-Link - PCIe Gen4 RoCEv2
-# NIC/SmartNIC" (ref §7, Bow-2000 datasheet). Fabric rates assumed equal to the M2000.
+# NIC/SmartNIC" (docs/sources.md §4, Bow-2000 datasheet). Fabric rates assumed equal to the M2000.
 BOW_2000 = MachineSpec(
     name="Bow-2000",
     chip=BOW,
@@ -239,7 +239,7 @@ class PodSpec:
     """An IPU-POD: the launcher's ``SystemShape`` plus the machines it is built from.
 
     IPUs inside one IPU-Link domain (one POD64 rack at most) talk over IPU-Links; domains talk
-    over the machines' GW-Links (POD128 = 2 POD64s with GW-Links cross-connected, ref §7).
+    over the machines' GW-Links (POD128 = 2 POD64s with GW-Links cross-connected, docs/sources.md §4).
     """
 
     shape: SystemShape
@@ -299,3 +299,11 @@ def get_pod(system: str, chip: str = "mk2") -> PodSpec:
 
 
 PODS: dict[str, PodSpec] = {name: get_pod(name) for name in SYSTEMS}
+
+
+def smallest_system(num_ipus: int) -> str:
+    """The smallest POD that holds ``num_ipus`` IPUs; ``ValueError`` naming the largest when none does."""
+    for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus):
+        if pod.num_ipus >= num_ipus:
+            return name
+    raise ValueError(f"{num_ipus} IPUs exceed the largest POD ({max(p.num_ipus for p in PODS.values())} IPUs)")

@@ -1,7 +1,8 @@
 """Timing a pipeline schedule, and drawing it per IPU as text and as a PNG.
 
 Slots are bulk-synchronous supersteps: all IPUs of a replica sync at the end of each slot, so a
-slot lasts as long as the busiest IPU's work in it (plus ``sync_s``).
+slot lasts as long as the busiest IPU's work in it (plus ``sync_s``). Stages that share an IPU
+(``Schedule.device_mapping``) add up on it. Costs are given per stage.
 """
 
 from __future__ import annotations
@@ -34,11 +35,22 @@ def slot_durations(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 
         raise ValueError(
             f"got costs for {len(stage_costs)} stages but the schedule has {schedule.num_stages}"
         )
-    busy = [[0.0] * schedule.num_stages for _ in range(schedule.num_slots)]
+    busy = [[0.0] * schedule.num_ipus for _ in range(schedule.num_slots)]
     for stage_ops in schedule.ops:
         for op in stage_ops:
-            busy[op.slot][op.stage] += stage_costs[op.stage].get(op.kind, 0.0)
+            busy[op.slot][schedule.ipu_of(op.stage)] += stage_costs[op.stage].get(op.kind, 0.0)
     return [max(per_ipu) + sync_s for per_ipu in busy]
+
+
+def bubble_share(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> float:
+    """The share of the IPUs' time (IPUs x the update's duration) that no operation uses.
+
+    Computed as idle / total, both exact for integer costs, so it equals the correctly rounded
+    ``ipu.schedule.expected_bubble_share`` when the arithmetic agrees.
+    """
+    total = schedule.num_ipus * sum(slot_durations(schedule, stage_costs, sync_s))
+    busy = sum(stage_costs[op.stage].get(op.kind, 0.0) for stage_ops in schedule.ops for op in stage_ops)
+    return (total - busy) / total
 
 
 def place(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> list[Bar]:
@@ -48,23 +60,40 @@ def place(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> l
     for d in durations[:-1]:
         starts.append(starts[-1] + d)
     bars = []
-    for stage_ops in schedule.ops:
-        offset: dict[int, float] = {}
-        for op in stage_ops:
-            t0 = starts[op.slot] + offset.get(op.slot, 0.0)
-            cost = stage_costs[op.stage].get(op.kind, 0.0)
-            offset[op.slot] = offset.get(op.slot, 0.0) + cost
-            bars.append(Bar(op.stage, op.label, op.kind, t0, t0 + cost))
+    offset: dict[tuple[int, int], float] = {}  # (IPU, slot) -> time used so far
+    for op in sorted((op for ops in schedule.ops for op in ops), key=lambda op: (op.slot, op.stage)):
+        ipu = schedule.ipu_of(op.stage)
+        t0 = starts[op.slot] + offset.get((ipu, op.slot), 0.0)
+        cost = stage_costs[op.stage].get(op.kind, 0.0)
+        offset[(ipu, op.slot)] = offset.get((ipu, op.slot), 0.0) + cost
+        bars.append(Bar(ipu, _label(schedule, op), op.kind, t0, t0 + cost))
     return bars
+
+
+def _label(schedule: Schedule, op) -> str:
+    """``FWD.3``; ``S2:FWD.3`` (1-based stage) when the op's IPU runs several stages."""
+    shared = sum(1 for s in range(schedule.num_stages) if schedule.ipu_of(s) == schedule.ipu_of(op.stage)) > 1
+    return f"S{op.stage + 1}:{op.label}" if shared else op.label
+
+
+def format_sequence(schedule: Schedule) -> str:
+    """Each IPU's operations in execution order, the notation of Graphcore's talks (IPUs 1-based)::
+
+        IPU1: FWD.1 FWD.2 FWD.3 FWD.4 BWD.1 BWD.2 BWD.3 BWD.4
+        IPU2: FWD.1 FWD.2 BWD.1 FWD.3 BWD.2 FWD.4 BWD.3 BWD.4
+    """
+    lanes: list[list[str]] = [[] for _ in range(schedule.num_ipus)]
+    for op in sorted((op for ops in schedule.ops for op in ops), key=lambda op: (op.slot, op.stage)):
+        lanes[schedule.ipu_of(op.stage)].append(_label(schedule, op))
+    return "\n".join(f"IPU{i + 1}: {' '.join(lane) if lane else '(idle)'}" for i, lane in enumerate(lanes))
 
 
 def format_timeline(schedule: Schedule, width: int = 7) -> str:
     """A text table: one row per IPU, one column per slot, e.g. ``IPU0 | FWD.1 | FWD.2 ...``."""
-    cells = [[""] * schedule.num_slots for _ in range(schedule.num_stages)]
-    for stage_ops in schedule.ops:
-        for op in stage_ops:
-            cell = cells[op.stage][op.slot]
-            cells[op.stage][op.slot] = f"{cell} {op.label}".strip()
+    cells = [[""] * schedule.num_slots for _ in range(schedule.num_ipus)]
+    for op in sorted((op for ops in schedule.ops for op in ops), key=lambda op: (op.slot, op.stage)):
+        ipu = schedule.ipu_of(op.stage)
+        cells[ipu][op.slot] = f"{cells[ipu][op.slot]} {_label(schedule, op)}".strip()
     col = max([width] + [len(c) for row in cells for c in row])
     head = f"{schedule.kind} schedule, {schedule.num_stages} stages, {schedule.num_micro_batches} micro-batches"
     slots = "slot | " + " | ".join(f"{i:<{col}}" for i in range(schedule.num_slots))
@@ -83,13 +112,13 @@ def plot_timeline(
 
     bars = place(schedule, stage_costs, sync_s)
     scale, unit = _time_unit(max(b.end_s for b in bars))
-    fig, ax = plt.subplots(figsize=(min(4 + 0.35 * schedule.num_slots, 24), 1 + 0.6 * schedule.num_stages))
+    fig, ax = plt.subplots(figsize=(min(4 + 0.35 * schedule.num_slots, 24), 1 + 0.6 * schedule.num_ipus))
     for b in bars:
         width = (b.end_s - b.start_s) * scale
         ax.barh(b.ipu, width, left=b.start_s * scale, color=KIND_COLOURS[b.kind], edgecolor="white")
         if schedule.num_slots <= 12:
             ax.text((b.start_s * scale) + width / 2, b.ipu, b.label, ha="center", va="center", fontsize=6)
-    ax.set_yticks(range(schedule.num_stages), [f"IPU{s}" for s in range(schedule.num_stages)])
+    ax.set_yticks(range(schedule.num_ipus), [f"IPU{i}" for i in range(schedule.num_ipus)])
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     ax.set_title(f"{schedule.kind} pipeline, {schedule.num_micro_batches} micro-batches")

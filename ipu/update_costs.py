@@ -4,7 +4,7 @@ Every parameter tensor is its own set of popops calls (as TensorFlow's IPU optim
 gradient accumulation build them: one op per variable), so each pays its compute sets' syncs.
 
 * Gradient accumulation: one add of the weight gradient into the accumulator per micro-batch.
-* LARS (You et al. 2017; ``ref §5``): ||w|| and ||g|| (two reductions with FP32 accumulation),
+* LARS (You et al. 2017; docs/sources.md §10): ||w|| and ||g|| (two reductions with FP32 accumulation),
   the trust ratio (a few scalar ops), ``g + beta w``, the momentum update and ``w - v``;
   tensors in LARS's skip list (norm scales and offsets, biases) get momentum SGD only.
 * Momentum SGD: ``v = m v + lr g``, ``w - v``. RMSprop: the mean square (2 passes), its

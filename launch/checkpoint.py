@@ -11,6 +11,9 @@ No pickle anywhere. Writing goes to ``ckpt-....h5.tmp`` in the same folder, is f
 fsynced, then ``os.replace``d over the final name (atomic on POSIX), and the folder is fsynced:
 a crash at any point leaves either the old set of checkpoints or the new one, never a torn file.
 The newest ``keep`` checkpoints are kept.
+
+What a run's checkpoint holds (:func:`capture_state`) and how it is put back
+(:func:`restore_state`) is defined here too, next to the file format.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+
+from poprun_py.progress import report_progress
+
+if TYPE_CHECKING:
+    from launch.build import Training
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +54,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, arrays: dict[str, np.
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(final.name + ".tmp")
     try:
+        report_progress(f"checkpoint {step}: writing")  # a slow write is not a hang; a fault can strike here
         _write(tmp, arrays, {**meta, "format_version": FORMAT_VERSION, "step": int(step)})
+        report_progress(f"checkpoint {step}: renaming")
         _before_rename(tmp)
         os.replace(tmp, final)
     except BaseException:
@@ -141,3 +151,53 @@ def split_prefix(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.nda
     """The entries under ``prefix/``, with the prefix removed."""
     start = prefix.rstrip("/") + "/"
     return {k[len(start):]: v for k, v in arrays.items() if k.startswith(start)}
+
+
+def capture_state(t: Training, extra: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Everything needed to continue exactly. Collective (gathers replica states): call everywhere."""
+    e = t.engine
+    arrays: dict[str, np.ndarray] = {f"model/{p.name}": p.data for p in e.params}
+    meta: dict[str, Any] = {"config": t.cfg.to_dict(), "engine_step": e.step, "loader": t.loader.state(),
+                            "loss_scaler": e.scaler.state_dict(), "seed": t.cfg.run.seed,
+                            "rng": "stateless: every stream is a function of (seed, step, replica, micro-batch)",
+                            "total_replicas": e.total_replicas, **extra}
+    for key, value in e.optimizer.state_dict().items():
+        if isinstance(value, np.ndarray):
+            arrays[f"optim/{key}"] = value
+        else:
+            meta.setdefault("optim_scalars", {})[key] = value
+    if e.ema is not None:
+        for key, value in e.ema.state_dict().items():
+            if isinstance(value, np.ndarray):
+                arrays[f"ema/{key}"] = value
+            else:
+                meta.setdefault("ema_scalars", {})[key] = value
+    states = e.gather_replica_states()
+    for r, state in enumerate(states or []):
+        for key, value in state.items():
+            arrays[f"replica/{r}/{key}"] = value
+    return arrays, meta
+
+
+def restore_state(t: Training, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Load a checkpoint written by :func:`capture_state` (any instance split of the same replicas)."""
+    e = t.engine
+    if meta["total_replicas"] != e.total_replicas:
+        raise ValueError(f"the checkpoint was written with {meta['total_replicas']} replicas, this run has "
+                         f"{e.total_replicas}: the per-replica state and the global batch would not match")
+    weights = split_prefix(arrays, "model")
+    names = {p.name for p in e.params}
+    if set(weights) != names:
+        raise ValueError(f"checkpoint weights {sorted(set(weights) ^ names)[:5]} do not match the model")
+    for p in e.params:
+        np.copyto(p.data, weights[p.name])
+    e.optimizer.load_state_dict({**split_prefix(arrays, "optim"), **meta.get("optim_scalars", {})})
+    if e.ema is not None:
+        e.ema.load_state_dict({**split_prefix(arrays, "ema"), **meta.get("ema_scalars", {})})
+    e.scaler.load_state_dict(meta["loss_scaler"])
+    for replica in e.replicas:
+        state = split_prefix(arrays, f"replica/{replica.index}")
+        if state:
+            replica.load_state_dict(state)
+    e.step = int(meta["engine_step"])
+    t.loader.load_state(meta["loader"])

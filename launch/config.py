@@ -1,7 +1,8 @@
 """The training configuration: nested frozen dataclasses, named presets in ``configs.yml``.
 
     cfg = load_config("default", ["optim.momentum=0.8", "run.epochs=2"])
-    cfg = distribute(cfg, popdist.init())          # the launcher's replicas, checked
+    cfg = distribute(cfg, dist := popdist.init())  # the launcher's replicas and system, checked
+    where = placement(cfg, dist)                    # this instance's replicas (poprun_py's InstanceInfo)
 
 Each YAML entry has the sections below (``data``, ``model``, ``optim``, ``schedule``,
 ``loss_scaling``, ``ema``, ``ipu``, ``run``); a field left out keeps its default. YAML anchors
@@ -24,10 +25,13 @@ from typing import Any
 
 import yaml
 
+from ipu.pipeline import check_pipeline_splits
+from ipu.plan import get_preset
 from ipu.precision import PRECISIONS
 from models.optim.loss_scaling import LossScaleConfig
 from models.optim import OptimConfig
 from models.optim.schedules import ScheduleConfig, lr_from_exponent
+from poprun_py.topology import InstanceInfo, single_instance
 
 CONFIGS_FILE = Path(__file__).with_name("configs.yml")
 
@@ -50,7 +54,6 @@ class DataConfig:
     mixup_alpha: float = 0.0  # on the device; 0 turns it off (recipe: 0.2)
     cutmix_lambda: float = 0.0  # fraction of the image kept; 0 turns it off (recipe: 0.85)
     eval_micro_batch: int = 0  # 0: the training micro-batch
-    prefetch: int = 2
     cache: str = "auto"
 
     def __post_init__(self) -> None:
@@ -111,7 +114,7 @@ class EmaConfig:
 class IpuConfig:
     """How each replica maps onto simulated IPUs, how it is fed, and what the POD prediction assumes.
 
-    Before the first step the run is "compiled" (``launch.build.compile_ipu``): its ``IpuPlan`` is
+    Before the first step the run is "compiled" (``launch.compile.compile_ipu``): its ``IpuPlan`` is
     placed on the IPUs' tiles and a program that does not fit stops the run. ``check_fit: false``
     skips that for CPU-only experiments whose shape no IPU-POD could run (replicas not a power of
     two, too few micro-batches for the pipeline, ...).
@@ -130,21 +133,22 @@ class IpuConfig:
     num_hosts: int = 1  # host servers feeding the POD (host IO bandwidth in the prediction)
     chip: str = "mk2"  # mk1, mk2 or bow: the IPU the memory fit and the prediction assume
     check_fit: bool = True  # false: no memory fit before the first step (CPU-only shapes)
-    prefetch_depth: int = 3  # micro-batches each replica's infeed holds (on the IO tiles when set)
+    prefetch_depth: int = 3  # micro-batches ready ahead of each replica: the IO tiles and the loader's thread
     device_iterations: int = 1  # weight updates per host call
 
     def __post_init__(self) -> None:
-        for name in ("ipus_per_replica", "prefetch_depth", "device_iterations"):
+        for name in ("ipus_per_replica", "device_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ipu.{name}={getattr(self, name)!r} must be >= 1")
+        if self.prefetch_depth < 0:
+            raise ValueError(f"ipu.prefetch_depth={self.prefetch_depth!r} must be >= 0 (0: no prefetch, the "
+                             "training thread builds each batch)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"ipu.precision={self.precision!r} is not a precision mode: choose one of "
                              f"{', '.join(PRECISIONS)} (compute.weights widths, e.g. 16.16)")
         if self.num_io_tiles < 0:
             raise ValueError(f"ipu.num_io_tiles={self.num_io_tiles!r} must be >= 0 (0: no IO tiles)")
-        if self.pipeline_splits and len(self.pipeline_splits) != self.ipus_per_replica - 1:
-            raise ValueError(f"ipu.pipeline_splits has {len(self.pipeline_splits)} splits for "
-                             f"{self.ipus_per_replica} IPUs per replica: give ipus_per_replica - 1 block names")
+        check_pipeline_splits(self.pipeline_splits, self.ipus_per_replica, "ipu.pipeline_splits")
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class RunConfig:
     progress_bar: bool = True
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
+    tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:
@@ -172,6 +177,8 @@ class RunConfig:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
         if self.gradient_dtype not in ("float32", "float64"):
             raise ValueError(f"run.gradient_dtype={self.gradient_dtype!r} must be float32 or float64")
+        if self.tensorboard not in ("auto", True, False):
+            raise ValueError(f"run.tensorboard={self.tensorboard!r} must be auto, true or false")
         if self.keep_checkpoints < 1:
             raise ValueError(f"run.keep_checkpoints={self.keep_checkpoints!r} must be >= 1")
 
@@ -214,9 +221,38 @@ def load_config(name_or_path: str = "default", overrides: list[str] | tuple[str,
     if name not in names:
         raise ValueError(f"no configuration {name!r} in {path}; choose one of {', '.join(names)}")
     raw = _plain(entries[name]) or {}
+    if isinstance(raw, dict) and "preset" in raw:
+        raw = _merged(preset_sections(raw.pop("preset")), raw)
     for item in overrides:
         _apply_override(raw, item)
     return from_dict(raw, source=f"{path}:{name}")
+
+
+def preset_sections(name: str) -> dict[str, dict[str, Any]]:
+    """The fields an ``ipu.plan`` preset fixes, as config sections: the batch split (``data``), how
+    each replica maps onto the IPUs (``ipu``) and the epochs (``run``). A ``configs.yml`` entry with
+    ``preset: NAME`` starts from these, so the recipe's numbers are written once, in ``ipu/plan.py``."""
+    try:
+        plan = get_preset(name)
+    except ValueError as err:
+        raise ValueError(f"configuration key preset: {err}") from None
+    return {
+        "data": {"micro_batch": plan.micro_batch, "grad_accum": plan.gradient_accumulation, "replicas": plan.replicas},
+        "ipu": {"ipus_per_replica": plan.ipus_per_replica, "pipeline_splits": list(plan.pipeline_splits),
+                "pipeline_schedule": plan.schedule, "recompute": plan.recompute, "precision": plan.precision,
+                "available_memory_proportion": plan.available_memory_proportion, "num_io_tiles": plan.num_io_tiles,
+                "prefetch_depth": plan.prefetch_depth, "system": plan.system, "num_hosts": plan.num_hosts,
+                "chip": plan.chip, "device_iterations": plan.device_iterations},
+        "run": {"epochs": plan.epochs},
+    }
+
+
+def _merged(base: dict, top: dict) -> dict:
+    """``top`` over ``base``, section by section."""
+    out = {k: dict(v) for k, v in base.items()}
+    for key, value in top.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) and key in out else value
+    return out
 
 
 def _locate(name_or_path: str) -> tuple[Path, str]:
@@ -312,15 +348,26 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if str in options and isinstance(value, (int, float)):  # YAML read 16.16 as a number
         key = where.split(": ")[-1]
         raise ValueError(f"{where}={value!r} must be a string; quote it in YAML: --set \"{key}='{value}'\"")
-    raise ValueError(f"{where}={value!r} is not a valid {hint}")
+    raise ValueError(f"{where}={value!r} is not {_describe(options)}")
+
+
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def _describe(options: tuple) -> str:
+    """What a field takes, in words: ``an integer``, ``a number or null``, ``a list``."""
+    words = [_KINDS.get(t, "a list" if (typing.get_origin(t) or t) is tuple else getattr(t, "__name__", str(t)))
+             for t in options]
+    return " or ".join(dict.fromkeys(words))
 
 
 def distribute(cfg: TrainConfig, dist) -> TrainConfig:
-    """Check the config against the launcher's topology (a ``poprun_py`` ``DistInfo``).
+    """Check the config against the launcher's placement (a ``poprun_py`` ``DistInfo``).
 
-    Under the launcher its ``--num-replicas`` and ``--ipus-per-replica`` are the hardware; the
-    config must agree, since the global batch (and with ``lr_exponent`` the learning rate)
-    depends on them. Alone, one instance runs all ``data.replicas`` replicas.
+    Under the launcher its ``--num-replicas``, ``--ipus-per-replica`` and ``--system`` are the
+    hardware; the config must agree, since the global batch (and with ``lr_exponent`` the learning
+    rate) depends on them. An empty ``ipu.system`` takes the launcher's. Alone, one instance runs
+    all ``data.replicas`` replicas (:func:`placement`).
     """
     if not dist.is_set:
         return cfg
@@ -335,4 +382,18 @@ def distribute(cfg: TrainConfig, dist) -> TrainConfig:
             f"the launcher gives {dist.ipus_per_replica} IPUs per replica but the config has "
             f"ipu.ipus_per_replica={cfg.ipu.ipus_per_replica}; launch with --ipus-per-replica "
             f"{cfg.ipu.ipus_per_replica} or pass --set ipu.ipus_per_replica={dist.ipus_per_replica}")
-    return replace(cfg, data=replace(cfg.data, replicas=dist.num_total_replicas))
+    system = cfg.ipu.system
+    if dist.system and system and dist.system.upper() != system.upper():
+        raise ValueError(
+            f"the launcher runs on {dist.system} but the config has ipu.system={system}; launch with "
+            f"--system {system.upper()} or pass --set ipu.system={dist.system} (or --set ipu.system='' to take "
+            "the launcher's)")
+    return replace(cfg, ipu=replace(cfg.ipu, system=system or dist.system))
+
+
+def placement(cfg: TrainConfig, dist) -> InstanceInfo:
+    """This instance's placement: the launcher's (under ``poprun_py``), else one instance that
+    runs all ``data.replicas`` replicas. Call it on the result of :func:`distribute`."""
+    if dist.is_set:
+        return dist.placement
+    return single_instance(cfg.data.replicas, cfg.ipu.ipus_per_replica, cfg.ipu.system)

@@ -4,7 +4,8 @@
 "accuracy", "lr", "images_per_s", "global_batch", ...}``), one per evaluation (``"event":
 "eval"``, ``step`` = updates done when it ran) and a final ``"event": "summary"``. On resume the
 lines from after the checkpoint are dropped first (an evaluation runs before the checkpoint of
-the same update), so the file reads as one uninterrupted run.
+the same update), so the file reads as one uninterrupted run. With ``tensorboard`` (``run.tensorboard``)
+the same scalars also go to TensorBoard event files in the run directory (``launch.tensorboard``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+from launch.tensorboard import open_tensorboard
+
 logger = logging.getLogger(__name__)
 
 
 class MetricsLog:
-    """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step``."""
+    """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step``.
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None) -> None:
+    ``tensorboard``: ``auto``, ``true`` or ``false``, see :func:`launch.tensorboard.open_tensorboard`.
+    """
+
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: str = "false") -> None:
+        self._tensorboard = open_tensorboard(tensorboard, run_dir, resume_step)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
@@ -39,9 +46,13 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, default=_plain) + "\n")
+        if self._tensorboard is not None:
+            self._tensorboard.write(record)
 
     def close(self) -> None:
         self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
 
     def records(self) -> list[dict[str, Any]]:
         self._file.flush()
@@ -83,7 +94,7 @@ def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Pat
 
 def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,
                                dataset_images: int, profile=None) -> tuple[float, str] | None:
-    """The cost model (``ipu.cost.predict``) for this run's plan (``launch.build.ipu_plan``).
+    """The cost model (``ipu.cost.predict``) for this run's plan (``launch.compile.ipu_plan``).
 
     Returns (images/s for all replicas on the POD, the POD's name), or None with a logged reason
     when the configuration is not one an IPU-POD can run (replicas not a power of two, ...).
@@ -91,7 +102,7 @@ def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_class
     """
     from ipu.cost import predict
     from ipu.plan import load_profile
-    from launch.build import ipu_plan
+    from launch.compile import ipu_plan
 
     try:
         plan = ipu_plan(cfg, image_shape, num_classes, dataset_images)

@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,10 @@ import numpy as np
 import poprun_py as popdist
 from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
+from ipu.runtime.phases import PHASES, PhaseTimes, shares
 from launch import checkpoint as ckpt
-from launch.build import Training, build_training, capture_state, restore_state
-from launch.config import distribute, load_config
+from launch.build import Training, build_training
+from launch.config import distribute, load_config, placement
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from models.optim.loss_scaling import NonFiniteLossError
 
@@ -74,9 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = distribute(load_config(args.config, args.overrides), dist)
         comm = popdist.get_comm()
-        t = build_training(cfg, comm, dist.instance_index, dist.num_instances)
+        t = build_training(cfg, comm, placement(cfg, dist))
         resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
-        _log_start(t, dist)
+        _log_start(t)
         return run(t, resumed, STOP, comm)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
@@ -103,26 +105,27 @@ def _resume(t: Training, comm, how: str) -> bool:
             return False
         path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(step[0]))
     arrays, meta = ckpt.load_checkpoint(path)
-    restore_state(t, arrays, meta)
+    ckpt.restore_state(t, arrays, meta)
     logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch.", path, t.engine.step,
                 *t.loader.position)
     return True
 
 
-def _log_start(t: Training, dist) -> None:
+def _log_start(t: Training) -> None:
     cfg, spec = t.cfg, t.loader.spec
     logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
                 "accumulation %d -> global batch %d; %d updates (%d per epoch, %d per host call); optimizer %s; "
                 "run dir %s.",
-                cfg.model.name, cfg.data.path, dist.num_instances, spec.local_replicas, cfg.data.replicas,
+                cfg.model.name, cfg.data.path, t.placement.num_instances, spec.local_replicas,
+                t.placement.num_total_replicas,
                 cfg.data.micro_batch, cfg.data.grad_accum, cfg.global_batch, t.total_steps,
                 t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)
 
 
 def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
     """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
-    lead = t.instance_index == 0
-    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step) if lead else None
+    lead = t.lead
+    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
         return _loop(t, log, bar, lead, resumed, stop, comm)
@@ -142,6 +145,7 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
     tick = time.perf_counter()
+    loop = _UpdateTimes()  # the loop's share of the update time: input wait, metrics written
     while e.step < t.total_steps:
         epoch = t.loader.position[0]
         batches = iter(t.loader)
@@ -149,21 +153,26 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
             if stop is not None and (signum := stop.agreed(comm)):
                 batches.close()
                 return _stopped(t, log, bar, signum)
-            group = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
+            begin = time.perf_counter()
+            group, waits = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
+            loop.times.add("input_wait", sum(waits))
             if not group:
+                loop.seconds += time.perf_counter() - begin
                 break
             metrics = e.train_steps([(b.images, b.labels) for b in group])
             now = time.perf_counter()
             per_s = len(group) * t.cfg.global_batch / (now - tick)
-            for batch, m in zip(group, metrics):
+            with loop.times.measure("metrics"):
+                for batch, m, wait in zip(group, metrics, waits):
+                    if lead:
+                        log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss,
+                                   "accuracy": m.accuracy, "lr": m.lr, "images_per_s": per_s,
+                                   "global_batch": m.samples, "loss_scale": m.loss_scale, "applied": m.applied,
+                                   "sync_s": m.sync_s, "compute_s": m.compute_s, "input_wait_s": wait})
+                        bar.update(1)
                 if lead:
-                    log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss,
-                               "accuracy": m.accuracy, "lr": m.lr, "images_per_s": per_s,
-                               "global_batch": m.samples, "loss_scale": m.loss_scale, "applied": m.applied,
-                               "sync_s": m.sync_s, "compute_s": m.compute_s})
-                    bar.update(1)
-            if lead:
-                bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
+                    bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
+            loop.seconds += time.perf_counter() - begin
             tick = now
             if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
@@ -175,22 +184,42 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
         _maybe_kill(t, resumed)
         tick = time.perf_counter()
     bar.close()
-    return _finish(t, log, val, time.perf_counter() - started, e.step - first_step)
+    return _finish(t, log, val, time.perf_counter() - started, e.step - first_step, loop)
 
 
-def _next_host_call(t: Training, batches) -> list:
+@dataclass
+class _UpdateTimes:
+    """Seconds of the training loop spent on weight updates (from asking the loader for a host call's
+    batches to having written their metrics; evaluations and checkpoints excluded), and the phases
+    the loop itself measures there."""
+
+    seconds: float = 0.0
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+
+
+def _next_host_call(t: Training, batches) -> tuple[list, list[float]]:
     """Up to ``ipu.device_iterations`` batches of this epoch for one host call, never past the end of
-    the run or the next ``run.checkpoint_every`` update (checkpoints fall between host calls)."""
+    the run or the next ``run.checkpoint_every`` update (checkpoints fall between host calls), and
+    the seconds the loop waited for each (for the last, empty, read of an epoch: in the last entry)."""
     step, every = t.engine.step, t.cfg.run.checkpoint_every
     size = min(t.cfg.ipu.device_iterations, t.total_steps - step)
     if every:
         size = min(size, every - step % every)
-    group = []
+    group, waits = [], []
+    stats = t.loader.stats
+    waited = stats.wait_seconds
     for batch in batches:
         group.append(batch)
+        waits.append(stats.wait_seconds - waited)
+        waited = stats.wait_seconds
         if len(group) >= size:
             break
-    return group
+    else:
+        if waits:
+            waits[-1] += stats.wait_seconds - waited
+        else:
+            waits.append(stats.wait_seconds - waited)
+    return group, waits
 
 
 def _progress_bar(t: Training, lead: bool):
@@ -220,7 +249,7 @@ def _end_of_epoch(t: Training, epoch: int, log: MetricsLog | None) -> tuple[floa
 
 def _save(t: Training) -> None:
     """Gather the state everywhere (collective), write it on instance 0 only."""
-    arrays, meta = capture_state(t, {"epoch": t.loader.position[0]})
+    arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
 
@@ -230,7 +259,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     bar.close()
     step = t.engine.step
     _save(t)
-    if t.instance_index == 0:
+    if t.lead:
         logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
                        signal_name(signum), step, t.total_steps, ckpt.checkpoint_dir(t.cfg.run.run_dir))
     if log is not None:
@@ -241,26 +270,28 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
 
 def _maybe_kill(t: Training, resumed: bool) -> None:
     """Test hook ``run.kill_at_step``: instance 0 dies by SIGKILL, as in a crash, unless resumed."""
-    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.instance_index == 0:
+    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.lead:
         logger.warning("run.kill_at_step=%d: sending SIGKILL to myself (pid %d).", t.engine.step, os.getpid())
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int) -> int:
+def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int,
+            loop: _UpdateTimes) -> int:
     cfg, e = t.cfg, t.engine
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
     info = t.train_set.info
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
-                                     profile=t.model.profile(cfg.data.micro_batch)) if t.instance_index == 0 else None
-    if t.instance_index != 0:
+                                     profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
+    if not t.lead:
         return 0
     summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
-               "global_batch": cfg.global_batch, "replicas": cfg.data.replicas, "instances": t.num_instances,
+               "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas,
+               "instances": t.placement.num_instances,
                "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
-               "skipped_updates": e.scaler.skipped_steps}
+               "skipped_updates": e.scaler.skipped_steps, **_time_shares(e, loop)}
     log.write(summary)
     if cfg.run.plots:
         plot_metrics(log.records(), cfg.run.run_dir)
@@ -269,7 +300,24 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     print(summary_text({k: v for k, v in summary.items() if k != "event"}), flush=True)
     print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
           f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)
+    if "outside_model_share" in summary:
+        parts = ", ".join(f"{name.replace('_', ' ')} {summary[f'share_{name}']:.1%}" for name in PHASES
+                          if name != "model")
+        print(f"Update time outside the model (instance 0): {summary['outside_model_share']:.1%} ({parts}, "
+              f"other {summary['share_other']:.1%})", flush=True)
     return 0
+
+
+def _time_shares(e, loop: _UpdateTimes) -> dict[str, float]:
+    """Instance 0's update time and the share of it each phase took (``ipu.runtime.phases``):
+    ``input_wait_share`` is the time it waited for input, ``outside_model_share`` all but the model."""
+    times = e.phase_seconds()
+    times += loop.times
+    out = shares(times.seconds, loop.seconds)
+    if not out:
+        return {}
+    return {"update_s": loop.seconds, "input_wait_share": out["input_wait"], "outside_model_share": out["outside_model"],
+            **{f"share_{name}": out[name] for name in (*PHASES, "other")}}
 
 
 if __name__ == "__main__":

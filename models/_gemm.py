@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 _MIN_ROWS = 8192  # below this, one BLAS call
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_blas: list[str] = []  # "<library> (<kernel>)" for each OpenBLAS switched to one thread
 
 
 def _single_threaded_blas() -> None:
@@ -31,13 +32,22 @@ def _single_threaded_blas() -> None:
         return
     for path in libs:
         lib = ctypes.CDLL(path)
-        for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                     "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
+        for prefix in ("scipy_openblas", "openblas"):
+            for suffix in ("64_", ""):
+                fn = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                if fn is None:
+                    continue
                 fn(ctypes.c_int(1))
-                logger.debug("set %s to 1 thread via %s", path, name)
+                core = getattr(lib, f"{prefix}_get_corename{suffix}", None)
+                if core is not None:
+                    core.restype = ctypes.c_char_p
+                kernel = core().decode() if core is not None else "kernel unknown"
+                _blas.append(f"{path.rsplit('/', 1)[-1]} ({kernel})")
+                logger.debug("set %s to 1 thread via %s", path, fn.__name__)
                 break
+            else:
+                continue
+            break
 
 
 def _workers() -> ThreadPoolExecutor | None:
@@ -51,6 +61,18 @@ def _workers() -> ThreadPoolExecutor | None:
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="models-gemm") if n > 1 else None
         _pool_size = n
     return _pool
+
+
+def pool_size() -> int:
+    """Threads the products are split over (1: the caller's thread only)."""
+    _workers()
+    return max(_pool_size, 1)
+
+
+def describe() -> str:
+    """The BLAS libraries switched to one thread, with OpenBLAS's kernel name."""
+    _workers()
+    return ", ".join(_blas) or "numpy's BLAS (no OpenBLAS found)"
 
 
 def _blocks(m: int, parts: int) -> list[slice]:

@@ -1,30 +1,37 @@
-"""The one switch between numba-compiled and plain-Python kernels, and the thread policy.
+"""The thread policy of the parallel kernels in ``models/``, on top of the project's numba switch.
 
-Every hot kernel in ``models/`` is written once as plain Python over numpy arrays and
-wrapped with :func:`jit`. Set ``POPRUN_JIT=0`` (the same switch as ``data/``) to run them uncompiled (slow, but handy
-under a debugger); ``prange`` then degrades to ``range``.
+Every hot kernel in ``models/`` is written once as plain Python over numpy arrays and wrapped
+with :func:`jit`, which compiles through ``data._jit`` (the one owner of ``POPRUN_JIT``: set
+it to 0 to run every kernel uncompiled; ``prange`` then degrades to ``range``).
 
 Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's, i.e.
 ``NUMBA_NUM_THREADS`` or the core count), but on one thread when their first array is smaller
 than ``PARALLEL_MIN_ELEMS``: a parallel region costs a barrier, and on a busy machine (several
 simulated replicas per host) a barrier waits for a descheduled thread.
+
+Vectorisation: numba runs LLVM's loop vectoriser but leaves its SLP (straight-line) vectoriser
+off; the register-blocked kernels (``_direct_conv_kernels``) need it, because their fully
+unrolled ``TILE x VEC`` accumulators only become vector registers through SLP packing. It is
+switched on here, for the compilations this process makes (SLP packs independent operations
+and reorders nothing, so results are bit-identical with it off). ``CONTRACT`` is the one
+fast-math flag kernels may opt into: fusing ``a*b + c`` into an FMA (one rounding instead of
+two), as BLAS does.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import numba
+from numba.core.codegen import get_host_cpu_features
 
-ENABLED = os.environ.get("POPRUN_JIT", "1") not in ("0", "false", "no")
+from data import _jit as _compiler
+from data._jit import ENABLED, is_enabled, prange
+
 PARALLEL_MIN_ELEMS = 1 << 17
 _max_threads = numba.config.NUMBA_NUM_THREADS
-
-
-def is_enabled() -> bool:
-    """Whether kernels are compiled with numba."""
-    return ENABLED
+CONTRACT = frozenset({"contract"})
+numba.config.SLP_VECTORIZE = 1
 
 
 def set_num_threads(n: int) -> None:
@@ -40,14 +47,19 @@ def get_num_threads() -> int:
     return _max_threads
 
 
-def jit(parallel: bool = False):
-    """Compile a kernel with numba (nopython, cached, no fastmath, numpy error model)."""
+def vector_registers() -> int:
+    """Vector registers the compiled code may use: 32 with AVX-512, else 16 (x86-64)."""
+    return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
+
+
+def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
+    """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
+    parallel one runs on one thread for small inputs."""
 
     def wrap(fn):
         if not ENABLED:
             return fn
-        compiled = numba.njit(cache=True, parallel=parallel, fastmath=False, nogil=True,
-                              error_model="numpy")(fn)
+        compiled = _compiler.jit(fn, parallel=parallel, fastmath=fastmath)
         if not parallel:
             return compiled
 
@@ -62,4 +74,4 @@ def jit(parallel: bool = False):
     return wrap
 
 
-prange = numba.prange if ENABLED else range
+__all__ = ["ENABLED", "PARALLEL_MIN_ELEMS", "get_num_threads", "is_enabled", "jit", "prange", "set_num_threads"]

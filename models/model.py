@@ -1,6 +1,6 @@
 """A model is a list of named blocks run in order; the names are pipeline split points.
 
-Public contract (used by ``ipu/`` and ``launch/``): ``params``, ``buffers``, ``forward``,
+Public contract (used by ``ipu/`` and ``launch/``): ``params``, ``block_params``, ``buffers``, ``forward``,
 ``backward``, ``forward_blocks``/``backward_blocks``, ``state_dict``/``load_state_dict`` (torch
 layout and key names), ``profile``, ``blocks``, ``set_rng``.
 """
@@ -42,6 +42,10 @@ class Model:
 
     def params(self) -> list[Param]:
         return list(self._params)
+
+    def block_params(self, start: int | str = 0, stop: int | str | None = None) -> list[Param]:
+        """The parameters of blocks ``[start, stop)`` (indices or names), in order."""
+        return [p for i in self._range(start, stop) for p in self._blocks[i].params()]
 
     def buffers(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models import _group_norm_kernels as GK
 from models import _norm_kernels as K
 from models._jit import is_enabled
 from models.layer import Layer, Shape
@@ -170,14 +171,9 @@ class GroupNorm(_Norm):
         self._check(x)
         n, c, g = x.shape[0], self.channels, self.groups
         x3 = x.reshape(n, -1, c)
-        mean, var = self._buf("mean", (n, g), np.float64), self._buf("var", (n, g), np.float64)
-        K.group_moments(x3, g, mean, var)
         invstd = self._buf("invstd", (n, g), np.float64)
-        invstd[...] = 1.0 / np.sqrt(var + self.eps)
-        per_c = np.repeat(np.arange(g), c // g)
         self.mu, self.mu_lo, self.a = self._buf("mu", (n, c)), self._buf("mu_lo", (n, c)), self._buf("a", (n, c))
-        _split(mean[:, per_c], self.mu, self.mu_lo)
-        self.a[...] = invstd[:, per_c] * self.weight.data
+        GK.group_stats(x3, self.weight.data, self.eps, self.mu, self.mu_lo, self.a, invstd)
         self.invstd, self.x = invstd, x
         y = self._buf("y", x.shape)
         self.sig = self._sig_buf(y)
@@ -190,7 +186,7 @@ class GroupNorm(_Norm):
         dx = self._grad_buf(self.x.shape)
         dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
         shape3 = (n, -1, c)
-        K.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
+        GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
                               self.mu_lo, self.a, self.bias.data, self.invstd, self.weight.data, dx.reshape(shape3),
                               dg, db, self.act)
         self.weight.grad[...] = dg.sum(axis=0)

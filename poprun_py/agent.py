@@ -12,6 +12,7 @@ Usage (built by the launcher): ``python -m poprun_py.agent SPEC_JSON -- program 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import select
@@ -31,6 +32,7 @@ from poprun_py import wire
 from poprun_py.bootstrap import wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.lines import FRAME, LINE, LineSplitter
+from poprun_py.oom import oom_kill_count, was_oom_kill
 from poprun_py.placement import numa_nodes, spread_cpus, thread_env
 from poprun_py.processes import (
     become_subreaper,
@@ -41,7 +43,7 @@ from poprun_py.processes import (
     signal_tree,
     start_sweeper,
 )
-from poprun_py.topology import InstanceInfo, assign_instances
+from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
 PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
@@ -51,26 +53,33 @@ LINGER_S = 30.0  # after an abnormal end, wait at most this long for the launche
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """What the launcher tells every agent (sent as JSON on the agent's command line)."""
+    """What the launcher tells every agent (sent as JSON on the agent's command line).
+
+    ``instances`` is the job's placement, computed once by the launcher (``assign_instances``):
+    the agent of MPI rank ``r`` becomes ``instances[r]`` and hands it to its program through the
+    environment contract (``poprun_py.env.instance_env``).
+    """
 
     config: LaunchConfig
     run_id: str
+    instances: tuple[InstanceInfo, ...]
     restart_count: int = 0
     log_dir: str | None = None
 
     def to_json(self) -> str:
-        from dataclasses import asdict
-
+        fields_ = [f.name for f in dataclasses.fields(InstanceInfo)]
         return json.dumps(
-            {"config": asdict(self.config), "run_id": self.run_id, "restart_count": self.restart_count,
-             "log_dir": self.log_dir}
+            {"config": dataclasses.asdict(self.config), "run_id": self.run_id, "restart_count": self.restart_count,
+             "log_dir": self.log_dir, "instance_fields": fields_,
+             "instances": [[getattr(i, f) for f in fields_] for i in self.instances]}
         )
 
     @staticmethod
     def from_json(text: str) -> "AgentSpec":
         raw = json.loads(text)
         cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
-        return AgentSpec(LaunchConfig(**cfg), raw["run_id"], raw["restart_count"], raw["log_dir"])
+        infos = tuple(InstanceInfo(**dict(zip(raw["instance_fields"], row))) for row in raw["instances"])
+        return AgentSpec(LaunchConfig(**cfg), raw["run_id"], infos, raw["restart_count"], raw["log_dir"])
 
 
 def attempt_dir(log_dir: str, restart_count: int, instance: int) -> str:
@@ -220,6 +229,7 @@ class Agent:
         self._open_logs()
         progress_r, progress_w = os.pipe()
         error_file = os.path.join(self._tmpdir, "error.json")
+        oom_before = oom_kill_count()
         started = time.monotonic()
         try:
             child = subprocess.Popen(
@@ -256,8 +266,9 @@ class Agent:
             t.join(timeout=2.0)
         self._flush_progress(force=True)
         code, sig = (None, -child.returncode) if child.returncode < 0 else (child.returncode, None)
+        oom = was_oom_kill(oom_before, oom_kill_count()) if sig == signal.SIGKILL else None
         self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
-                  ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail))
+                  ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail), oom=oom)
         if stopped or sig or code:
             self._linger()
         return 128 + sig if sig else code
@@ -351,11 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     rank = envc.detect_rank(os.environ)
     rank_index = rank.rank if rank else 0
     size = rank.size if rank else 1
-    if size != spec.config.num_instances:
+    if size != len(spec.instances):
         print(f"poprun_py agent: the MPI launcher started {size} ranks but the job has "
-              f"{spec.config.num_instances} instances; start jobs through poprun_py", file=sys.stderr)
+              f"{len(spec.instances)} instances; start jobs through poprun_py", file=sys.stderr)
         return 2
-    info = assign_instances(spec.config)[rank_index]
+    info = spec.instances[rank_index]
     agent = Agent(spec, info, argv[2:])
     try:
         return agent.run()

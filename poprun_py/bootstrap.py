@@ -6,6 +6,13 @@ faulthandler on (native crashes print a Python traceback); an uncaught exception
 exit, so that MPI's finalisation cannot deadlock against peers blocked in a collective; and, when
 there is no agent above it (``mpirun -n 4 poprun_py train.py``), ``MPI_Abort`` so that the MPI
 launcher stops the other ranks. This is what ``python -m mpi4py`` does, plus the error report.
+
+Names cannot clash: a module of this distribution (``launch.train``, ``ipu``, ``data``, ...) runs
+without the working directory on ``sys.path``, so a user's own ``models/`` or ``data/`` package
+there cannot stand in for ours; any other module runs as ``python -m`` would run it (working
+directory first), a script with its own folder first and no working directory, as ``python
+script.py`` would. A console script installed next to this interpreter (``poprun-train``) runs as
+the Python script it is.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import sys
 import time
 import traceback
@@ -22,6 +30,8 @@ import traceback
 from poprun_py import env as envc
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+# The top-level packages this distribution installs: their modules never see the working directory.
+OWN_PACKAGES = ("poprun_py", "launch", "ipu", "models", "data")
 _NO_ARG_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-S", "-E", "-I", "-b", "-bb", "-q", "-R", "-P"}
 
 
@@ -38,6 +48,9 @@ def wrap_python(program: list[str], python: str = sys.executable) -> list[str]:
     head = program[0]
     if head.endswith(".py") and not _PYTHON_NAME.match(os.path.basename(head)):
         return [python, "-m", "poprun_py.bootstrap", *program]
+    script = console_script(head, python)
+    if script is not None:
+        return [python, "-m", "poprun_py.bootstrap", script, *program[1:]]
     if not _PYTHON_NAME.match(os.path.basename(head)) or not _same_interpreter(head, python):
         return program
     flags = []
@@ -47,6 +60,36 @@ def wrap_python(program: list[str], python: str = sys.executable) -> list[str]:
     if rest and (rest[0] == "-m" and len(rest) > 1 or rest[0].endswith(".py")):
         return [python, *flags, "-m", "poprun_py.bootstrap", *rest]
     return program
+
+
+def console_script(name: str, python: str = sys.executable) -> str | None:
+    """The path of ``name`` when it is a console script of this interpreter's environment (a Python
+    script in the interpreter's folder whose ``#!`` line names a python there), else None.
+
+    A bare name is looked up in that folder (so ``poprun-train`` works without activating the venv),
+    then on ``PATH``.
+    """
+    if _PYTHON_NAME.match(os.path.basename(name)):
+        return None
+    folder = os.path.dirname(os.path.abspath(python))
+    if os.sep in name:
+        path = name
+    else:
+        beside = os.path.join(folder, name)
+        path = beside if os.path.isfile(beside) else shutil.which(name)
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    interpreter = first[2:].decode(errors="replace").strip().split()[0] if first[2:].strip() else ""
+    if not _PYTHON_NAME.match(os.path.basename(interpreter)) or os.path.dirname(interpreter) != folder:
+        return None
+    return os.path.abspath(path)
 
 
 def _same_interpreter(head: str, python: str) -> bool:
@@ -92,6 +135,8 @@ def run(target: list[str], *, as_module: bool) -> None:
     sys.argv = list(target)
     try:
         if as_module:
+            if name.split(".")[0] not in OWN_PACKAGES:
+                sys.path.insert(0, os.getcwd())  # what ``python -m`` does for the user's own modules
             runpy.run_module(name, run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, os.path.dirname(os.path.abspath(name)))
@@ -121,6 +166,8 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 def main() -> None:
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # what ``python -m poprun_py.bootstrap`` put there; run() decides for the target
     args = sys.argv[1:]
     if not args or (args[0] == "-m" and len(args) < 2):
         print("usage: python -m poprun_py.bootstrap (script.py | -m module) [args...]", file=sys.stderr)

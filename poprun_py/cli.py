@@ -41,6 +41,15 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except a computed one (None): its help states the rule."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="poprun_py",
@@ -48,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Launch a PopRun-style job of instances x replicas on simulated IPUs, through MPI. "
         "Every option can also be set as an environment variable POPRUN_<OPTION> "
         "(for example POPRUN_NUM_INSTANCES=2); the command line wins.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     topo = p.add_argument_group("topology")
     topo.add_argument("--num-instances", type=int, metavar="N", default=None, help="instances (MPI ranks); default 1, or the MPI size in-MPI")
@@ -56,29 +65,31 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--ipus-per-replica", type=int, metavar="N", default=1, help="IPUs per replica")
     topo.add_argument("--num-ilds", type=int, metavar="N", default=None, help="IPU-Link domains; default the fewest that hold the job")
     topo.add_argument("--system", default=None, metavar="POD", help="simulated system POD4|POD16|POD64|POD128|POD256; default the smallest that fits")
-    topo.add_argument("-H", "--host", default=None, metavar="HOSTS", help="hosts, e.g. host0,host1 or node[0-3]; instances are divided evenly")
+    topo.add_argument("-H", "--host", default=None, metavar="HOSTS", help="hosts, e.g. host0,host1 or node[0-3]; instances are divided evenly; default localhost")
     topo.add_argument("--hostfile", default=None, metavar="FILE", help="file with one host per line (exclusive with --host)")
     mpi = p.add_argument_group("MPI")
     mpi.add_argument("--mpi-global-args", default="", metavar="ARGS", help="options for mpiexec itself, e.g. '-launcher ssh'")
     mpi.add_argument("--mpi-local-args", default="", metavar="ARGS", help="options for the instances' app context")
     mpi.add_argument("--mpiexec", default=None, metavar="PATH", help="MPI launcher to use; default the venv's (mpich wheel), then PATH")
+    mpi.add_argument("--preflight", type=_yes_no, metavar="yes|no", default=None,
+                     help="check every host (ssh, same paths, program, version) before starting; default yes with more than one host")
     mpi.add_argument("--mode", choices=("auto", "launch", "instance"), default="auto",
                      help="launch a job, or act as one instance under an MPI launcher; auto decides from the environment")
     place = p.add_argument_group("placement")
     place.add_argument("--process-placement", choices=PLACEMENTS, default="spreadnuma", help="CPU/NUMA binding of instances on a host")
-    place.add_argument("--numa-aware", type=_yes_no, metavar="yes|no", default=None, help="yes = spreadnuma, no = disabled")
-    place.add_argument("--executable-cache-path", default=None, metavar="DIR", help="directory for compiled executables (exported to instances)")
+    place.add_argument("--numa-aware", type=_yes_no, metavar="yes|no", default=None, help="PopRun's older switch: yes = spreadnuma, no = disabled; default: --process-placement")
+    place.add_argument("--executable-cache-path", default=None, metavar="DIR", help="directory for compiled executables (exported to instances); default none")
     place.add_argument("--offline-mode", type=_yes_no, metavar="yes|no", default=True, help="accepted for PopRun compatibility: everything is offline here")
     out = p.add_argument_group("output and logs")
-    out.add_argument("--only-output-from-instance", type=int, metavar="I", default=None, help="show only this instance's output (failure reports are always shown)")
+    out.add_argument("--only-output-from-instance", type=int, metavar="I", default=None, help="show only this instance's output (failure reports are always shown); default all")
     out.add_argument("--output-tag", default=DEFAULT_OUTPUT_TAG, metavar="TEMPLATE", help="prefix template: {instance} {host} {pid} {stream} {local} {replicas} {time}")
-    out.add_argument("--log-dir", default=None, metavar="DIR", help="write attempt_K/instance_I/{stdout,stderr}.log and run.json here")
+    out.add_argument("--log-dir", default=None, metavar="DIR", help="write attempt_K/instance_I/{stdout,stderr}.log and run.json here; default none")
     out.add_argument("--print-topology", type=_yes_no, metavar="yes|no", default=False, help="print the instance/replica table")
     out.add_argument("--dry-run", type=_yes_no, metavar="yes|no", default=False, help="print the MPI command and each instance's environment; run nothing")
     out.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug")
     ctl = p.add_argument_group("failures")
     ctl.add_argument("--grace-period", type=_seconds, metavar="S", default=10.0, help="seconds between SIGTERM and SIGKILL when stopping")
-    ctl.add_argument("--hang-timeout", type=_seconds, metavar="S", default=None, help="stop the job when an instance makes no progress for this long")
+    ctl.add_argument("--hang-timeout", type=_seconds, metavar="S", default=None, help="stop the job when an instance makes no progress for this long; default off")
     ctl.add_argument("--max-restarts", type=int, metavar="N", default=0, help="restart a failed job this many times (POPRUN_RESTART_COUNT tells the program)")
     p.add_argument("--version", action="version", version=f"poprun_py {__version__}")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the command each instance runs")
@@ -86,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Switches that PopRun writes either bare (--print-topology) or with a value (--print-topology=yes).
-SWITCHES = ("--numa-aware", "--offline-mode", "--print-topology", "--dry-run")
+SWITCHES = ("--numa-aware", "--offline-mode", "--print-topology", "--dry-run", "--preflight")
 _YES_NO = {"1", "yes", "true", "on", "y", "0", "no", "false", "off", "n"}
 
 
@@ -161,10 +172,11 @@ def config_from_args(args: argparse.Namespace, *, mpi_size: int | None = None) -
         grace_period=args.grace_period, hang_timeout=args.hang_timeout, max_restarts=args.max_restarts,
         mpiexec=args.mpiexec,
     )
+    hosts = ("localhost",) if mpi_size else _hosts(args)
+    extra["preflight"] = args.preflight if args.preflight is not None else hosts != ("localhost",)
     return validate_config(
         program=tuple(args.program), num_instances=instances, num_replicas=replicas,
-        ipus_per_replica=args.ipus_per_replica, num_ilds=args.num_ilds,
-        hosts=("localhost",) if mpi_size else _hosts(args), system=args.system, **extra,
+        ipus_per_replica=args.ipus_per_replica, num_ilds=args.num_ilds, hosts=hosts, system=args.system, **extra,
     )
 
 
@@ -211,12 +223,18 @@ def launch(config: LaunchConfig) -> int:
     run_id = os.environ.get(envc.RUN_ID) or time.strftime("%Y%m%d-%H%M%S-") + str(os.getpid())
     console = Console(template=config.output_tag, out=sys.stdout, err=sys.stderr,
                       only_instance=config.only_output_from_instance)
-    job = Job(config, console, mpiexec=mpiexec, flavor=flavor, run_id=run_id, python=sys.executable)
+    job = Job(config, infos, console, mpiexec=mpiexec, flavor=flavor, run_id=run_id, python=sys.executable)
     if config.dry_run:
         print(json.dumps({"command": job.argv(0), "instances": [
             {"instance": i.index, "host": i.host, "env": envc.instance_env(i, run_id=run_id,
              executable_cache_path=config.executable_cache_path)} for i in infos]}, indent=2))
         return 0
+    if config.preflight:
+        from poprun_py.preflight import format_problems, run_preflight
+
+        problems = run_preflight(config, mpiexec=mpiexec, flavor=flavor)
+        if problems:
+            raise ConfigError(format_problems(problems, len(config.hosts)))
     logger.info(
         "Launching %s on %s: %d instance(s) x %d local replica(s) x %d IPU(s) per replica, hosts %s, %s via %s (%s)",
         " ".join(config.program), config.system, config.num_instances, config.replicas_per_instance,
@@ -225,17 +243,11 @@ def launch(config: LaunchConfig) -> int:
 
 
 def _check_program(program: tuple[str, ...]) -> None:
-    import shutil
+    from poprun_py.preflight import program_problems
 
-    head = program[0]
-    if head.endswith(".py") and not os.path.exists(head):
-        raise ConfigError(f"program {head!r} not found (working directory {os.getcwd()})")
-    if not head.endswith(".py") and shutil.which(head) is None:
-        raise ConfigError(f"program {head!r} not found on PATH or not executable: give its path")
-    if head.endswith(".py") or os.path.basename(head).startswith("python"):
-        script = next((a for a in program[1:] if a.endswith(".py")), None)
-        if script and not os.path.exists(script):
-            raise ConfigError(f"script {script!r} not found (working directory {os.getcwd()})")
+    problems = program_problems(program, os.getcwd())
+    if problems:
+        raise ConfigError(problems[0])
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poprun_py.errors import ConfigError
-from poprun_py.systems import SystemShape, get_system, smallest_system_for
+from poprun_py.systems import get_system, is_power_of_two, smallest_system_for
 
 PLACEMENTS = ("spreadnuma", "disabled")
 DEFAULT_OUTPUT_TAG = "[{instance}] "
@@ -39,6 +39,7 @@ class LaunchConfig:
     hang_timeout: float | None = None
     max_restarts: int = 0
     mpiexec: str | None = None
+    preflight: bool = False  # check every host before starting (poprun_py/preflight.py)
 
     @property
     def num_ipus(self) -> int:
@@ -47,14 +48,6 @@ class LaunchConfig:
     @property
     def replicas_per_instance(self) -> int:
         return self.num_replicas // self.num_instances
-
-    @property
-    def system_shape(self) -> SystemShape:
-        return get_system(self.system)
-
-
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -97,7 +90,7 @@ def validate_config(
             f"({', '.join(hosts)}): instances are divided evenly among hosts"
         )
     num_ipus = num_replicas * ipus_per_replica
-    if not _is_power_of_two(num_ipus):
+    if not is_power_of_two(num_ipus):
         raise ConfigError(
             f"--num-replicas x --ipus-per-replica = {num_replicas} x {ipus_per_replica} = {num_ipus} IPUs, "
             f"which is not a power of two: IPU partitions come in powers of two (for example "

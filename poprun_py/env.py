@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from poprun_py.errors import EnvironmentContractError
-from poprun_py.topology import InstanceInfo
+from poprun_py.faults import Fault, parse_fault
+from poprun_py.topology import InstanceInfo, single_instance
 
-# PopDist's names, as PopRun sets them (see shared/reference/launchers.md section 1.5).
+# PopDist's names, as PopRun sets them (docs/sources.md §9).
 NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
 NUM_LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
 NUM_IPUS_PER_REPLICA = "POPDIST_NUM_IPUS_PER_REPLICA"
@@ -36,6 +37,7 @@ PROGRESS_FD = "POPRUN_PROGRESS_FD"
 ERROR_FILE = "POPRUN_ERROR_FILE"
 UNDER_AGENT = "POPRUN_UNDER_AGENT"
 JOB_TOKEN = "POPRUN_JOB_TOKEN"  # marks every process of one instance, for the sweeper
+FAULT = "POPRUN_FAULT"  # an injected fault for recovery tests (poprun_py/faults.py)
 
 OPTION_PREFIX = "POPRUN_"
 
@@ -66,23 +68,58 @@ def instance_env(
     return env
 
 
+ALONE = single_instance(1)  # outside any launcher: one instance with one replica (PopDist's answer)
+
+
 @dataclass(frozen=True)
 class DistInfo:
-    """What an instance knows about the job, read once from its environment."""
+    """What an instance knows about the job, read once from its environment.
+
+    ``placement`` is the instance's ``InstanceInfo`` as the launcher computed it; the properties
+    are PopDist's names for its fields.
+    """
 
     is_set: bool
-    instance_index: int = 0
-    num_instances: int = 1
-    num_total_replicas: int = 1
-    num_local_replicas: int = 1
-    replica_index_offset: int = 0
-    ipus_per_replica: int = 1
-    local_instance_index: int = 0
-    device_id: int = 0
-    system: str = ""
+    placement: InstanceInfo = ALONE
     run_id: str = ""
     restart_count: int = 0
     under_agent: bool = False
+
+    @property
+    def instance_index(self) -> int:
+        return self.placement.index
+
+    @property
+    def num_instances(self) -> int:
+        return self.placement.num_instances
+
+    @property
+    def num_total_replicas(self) -> int:
+        return self.placement.num_total_replicas
+
+    @property
+    def num_local_replicas(self) -> int:
+        return self.placement.num_local_replicas
+
+    @property
+    def replica_index_offset(self) -> int:
+        return self.placement.replica_offset
+
+    @property
+    def ipus_per_replica(self) -> int:
+        return self.placement.ipus_per_replica
+
+    @property
+    def local_instance_index(self) -> int:
+        return self.placement.local_index
+
+    @property
+    def device_id(self) -> int:
+        return self.placement.device_id
+
+    @property
+    def system(self) -> str:
+        return self.placement.system
 
 
 def _int(environ: Mapping[str, str], name: str, default: int) -> int:
@@ -96,7 +133,8 @@ def _int(environ: Mapping[str, str], name: str, default: int) -> int:
 
 
 def read_env(environ: Mapping[str, str]) -> DistInfo:
-    """Read the contract. Missing variables mean a single instance with one replica."""
+    """Read the contract back into the launcher's placement. Missing variables mean a single
+    instance with one replica."""
     if NUM_TOTAL_REPLICAS not in environ:
         return DistInfo(is_set=False)
     total = _int(environ, NUM_TOTAL_REPLICAS, 1)
@@ -116,21 +154,14 @@ def read_env(environ: Mapping[str, str]) -> DistInfo:
             f"(offset {offset} // local {local} = {offset // local}, total {total} // local {local} = "
             f"{total // local})"
         )
-    return DistInfo(
-        is_set=True,
-        instance_index=index,
-        num_instances=count,
-        num_total_replicas=total,
-        num_local_replicas=local,
-        replica_index_offset=offset,
-        ipus_per_replica=_int(environ, NUM_IPUS_PER_REPLICA, 1),
-        local_instance_index=_int(environ, LOCAL_INSTANCE_INDEX, 0),
-        device_id=_int(environ, DEVICE_ID, 0),
-        system=environ.get(SYSTEM, ""),
-        run_id=environ.get(RUN_ID, ""),
-        restart_count=_int(environ, RESTART_COUNT, 0),
-        under_agent=environ.get(UNDER_AGENT) == "1",
+    placement = InstanceInfo(
+        index=index, num_instances=count, host=environ.get(HOST, ""),
+        local_index=_int(environ, LOCAL_INSTANCE_INDEX, 0), num_local_replicas=local, replica_offset=offset,
+        num_total_replicas=total, ipus_per_replica=_int(environ, NUM_IPUS_PER_REPLICA, 1),
+        ild=_int(environ, ILD_INDEX, 0), device_id=_int(environ, DEVICE_ID, 0), system=environ.get(SYSTEM, ""),
     )
+    return DistInfo(is_set=True, placement=placement, run_id=environ.get(RUN_ID, ""),
+                    restart_count=_int(environ, RESTART_COUNT, 0), under_agent=environ.get(UNDER_AGENT) == "1")
 
 
 @dataclass(frozen=True)
@@ -173,6 +204,19 @@ def detect_rank(environ: Mapping[str, str]) -> RankInfo | None:
             raise EnvironmentContractError(f"{rank_var}={rank} is outside 0..{size - 1} ({size_var}={size})")
         return RankInfo(rank=rank, size=size, local_rank=_int(environ, local_var, 0), source=source)
     return None
+
+
+def read_fault(environ: Mapping[str, str]) -> Fault | None:
+    """The injected fault meant for this instance in this attempt, if ``POPRUN_FAULT`` names one."""
+    raw = environ.get(FAULT)
+    if not raw:
+        return None
+    try:
+        fault = parse_fault(raw)
+    except ValueError as err:
+        raise EnvironmentContractError(f"{FAULT}={raw!r}: {err}") from None
+    here = (_int(environ, INSTANCE_INDEX, 0), _int(environ, RESTART_COUNT, 0))
+    return fault if (fault.instance, fault.attempt) == here else None
 
 
 def option_defaults(environ: Mapping[str, str], dests: list[str]) -> dict[str, str]:

@@ -25,9 +25,16 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+_SIGKILL_HINTS = {
+    True: "killed: out of memory (the kernel's OOM killer: the oom_kill count of its memory cgroup rose); "
+    "lower the micro-batch or the number of instances per host",
+    False: "killed by SIGKILL from a process, not by the OOM killer (the oom_kill count of its memory cgroup "
+    "did not change): a user, a scheduler or the program itself sent it",
+    None: "killed by SIGKILL: either the kernel's OOM killer or another process (no cgroup oom_kill count to "
+    "tell them apart); check `dmesg` for 'Out of memory'",
+}
+
 _SIGNAL_HINTS = {
-    signal.SIGKILL: "killed: likely out of memory (the kernel's OOM killer sends SIGKILL); "
-    "check `dmesg`, or lower the micro-batch or the number of instances per host",
     signal.SIGSEGV: "segmentation fault in native code; the faulthandler traceback, if any, is in its stderr",
     signal.SIGBUS: "bus error in native code (often a truncated memory-mapped file)",
     signal.SIGABRT: "aborted by native code (an assertion or std::terminate in a C/C++ library)",
@@ -37,10 +44,14 @@ _SIGNAL_HINTS = {
 }
 
 
-def exit_hint(exit_code: int | None, signum: int | None) -> str:
-    """A one-line explanation of how a process ended, with a likely cause."""
-    if signum is None and exit_code is not None and exit_code > 128 and exit_code - 128 in _SIGNAL_HINTS:
+def exit_hint(exit_code: int | None, signum: int | None, oom_killed: bool | None = None) -> str:
+    """A one-line explanation of how a process ended, with a likely cause. ``oom_killed``: whether
+    the OOM killer ended it (``poprun_py.oom``), None when unknown."""
+    if signum is None and exit_code is not None and exit_code > 128 and (
+            exit_code - 128 in _SIGNAL_HINTS or exit_code - 128 == signal.SIGKILL):
         signum = exit_code - 128  # a shell in between turns a signal into 128+N
+    if signum == signal.SIGKILL:
+        return _SIGKILL_HINTS[oom_killed]
     if signum is not None:
         return _SIGNAL_HINTS.get(signum, f"ended by {signal_name(signum)}")
     if exit_code == 0:

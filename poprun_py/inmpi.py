@@ -3,7 +3,8 @@
 The MPI launcher already started the processes; this one becomes instance ``rank`` of ``size``:
 it sets the PopDist contract in its own environment and runs the program, a Python program
 (``train.py``, ``python train.py``, ``python -m pkg.mod``) in this same interpreter (with the bootstrap's failure hooks, which call MPI_Abort so that the MPI
-launcher stops every rank), anything else by ``exec``.
+launcher stops every rank), anything else by ``exec``. With ``--hang-timeout`` a Python program
+runs under a watchdog thread that aborts the job through MPI when the rank stalls (watchdog.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from poprun_py.bootstrap import run, wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import RankInfo
 from poprun_py.topology import assign_instances
+from poprun_py.watchdog import start_watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
                 rank.source if rank else "no MPI", list(info.replicas))
     program = wrap_python(list(config.program))
     if "poprun_py.bootstrap" in program:  # a Python program for this interpreter: run it right here
+        if config.hang_timeout:
+            start_watchdog(config.hang_timeout, index, config.num_instances, info.host)
         target = program[program.index("poprun_py.bootstrap") + 1 :]
         _release_logging()
         if target[0] == "-m":
@@ -41,6 +45,8 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
         else:
             run(target, as_module=False)
         return 0
+    if config.hang_timeout:
+        logger.warning("--hang-timeout watches Python programs only in in-MPI mode; %s runs unwatched", program[0])
     os.execvp(program[0], program)
     return 127  # not reached
 

@@ -30,7 +30,7 @@ from poprun_py.mpi_command import agent_command, build_mpiexec_argv
 from poprun_py.output import Console, TagFields
 from poprun_py.processes import child_preexec
 from poprun_py.report import InstanceState, failure_report, hang_report
-from poprun_py.topology import InstanceInfo, assign_instances
+from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +52,15 @@ class AttemptResult:
 
 
 class Job:
-    def __init__(self, config: LaunchConfig, console: Console, *, mpiexec: str, flavor: str,
-                 run_id: str, python: str) -> None:
+    def __init__(self, config: LaunchConfig, infos: list[InstanceInfo], console: Console, *, mpiexec: str,
+                 flavor: str, run_id: str, python: str) -> None:
         self.config = config
         self.console = console
         self.mpiexec = mpiexec
         self.flavor = flavor
         self.run_id = run_id
         self.python = python
-        self.infos: list[InstanceInfo] = assign_instances(config)
+        self.infos = list(infos)  # the placement, computed once by the caller (assign_instances)
         self.attempts: list[AttemptResult] = []
         self._events: queue.Queue = queue.Queue()
         self._stop_signals: list[int] = []
@@ -68,7 +68,7 @@ class Job:
 
     # -- public --------------------------------------------------------------------------------
     def argv(self, restart_count: int) -> list[str]:
-        spec = AgentSpec(self.config, self.run_id, restart_count, self.config.log_dir)
+        spec = AgentSpec(self.config, self.run_id, tuple(self.infos), restart_count, self.config.log_dir)
         return build_mpiexec_argv(
             self.config, mpiexec=self.mpiexec, flavor=self.flavor,
             rank_command=agent_command(spec.to_json(), self.config.program, self.python),
@@ -199,6 +199,7 @@ class Job:
             state.exit_code, state.signal = record.get("code"), record.get("signal")
             state.duration, state.stopped = record.get("duration"), bool(record.get("stopped"))
             state.ended_at = record.get("ended_at")
+            state.oom_killed = record.get("oom")
             state.error, state.tail = record.get("error"), record.get("tail") or []
             logger.info("instance %d ended: code %s signal %s", state.index, state.exit_code, state.signal)
             if state.failed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from poprun_py.errors import describe_end, exit_hint, shell_code, signal_name
+from poprun_py.faults import INJECTED
 
 TRACEBACK_LINES = 30
 STDERR_LINES = 15
@@ -24,6 +25,7 @@ class InstanceState:
     duration: float | None = None
     ended_at: float | None = None  # wall clock, from the agent's host
     stopped: bool = False  # ended because the launcher asked it to
+    oom_killed: bool | None = None  # the OOM killer ended it (poprun_py.oom); None: unknown
     error: dict | None = None
     tail: list[str] = field(default_factory=list)
     last_activity: float = 0.0  # launcher's monotonic clock
@@ -55,7 +57,7 @@ def failure_report(state: InstanceState, num_instances: int, log_hint: str | Non
     lines = [
         f"poprun_py: instance {state.index} of {num_instances} failed ({where}){dur}: "
         f"{describe_end(state.exit_code, state.signal)}",
-        f"  cause: {exit_hint(state.exit_code, state.signal)}",
+        f"  cause: {_cause(state)}",
     ]
     tb = ((state.error or {}).get("traceback") or "").rstrip()
     if tb:
@@ -69,6 +71,12 @@ def failure_report(state: InstanceState, num_instances: int, log_hint: str | Non
     if log_hint:
         lines.append(f"  full output: {log_hint}")
     return "\n".join(lines)
+
+
+def _cause(state: InstanceState) -> str:
+    if any(line.startswith(INJECTED) for line in state.tail):
+        return "a fault injected on purpose (POPRUN_FAULT, a recovery test)"
+    return exit_hint(state.exit_code, state.signal, state.oom_killed)
 
 
 def hang_report(states: list[InstanceState], now: float, timeout: float) -> str:

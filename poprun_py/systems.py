@@ -2,7 +2,7 @@
 
 These are the system-level facts the launcher needs (how many IPUs, hosts and IPU-Link
 domains a POD has). Chip-level facts (tiles, memory, rates) live in ``ipu/specs.py``, which
-builds on this table. Sources: ``shared/reference/efficientnet-and-ipu.md`` section 7.
+builds on this table. Sources: ``docs/sources.md`` §4.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def get_system(name: str) -> SystemShape:
             f"unknown system {name!r}: choose one of {', '.join(SYSTEMS)} (for example --system POD16)"
         )
     return SYSTEMS[key]
+
+
+def is_power_of_two(n: int) -> bool:
+    """IPU partitions, multi-IPU devices and replica counts come in powers of two (docs/sources.md §4)."""
+    return n > 0 and n & (n - 1) == 0
 
 
 def smallest_system_for(num_ipus: int) -> SystemShape:

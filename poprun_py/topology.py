@@ -11,7 +11,14 @@ from poprun_py.errors import ConfigError
 
 @dataclass(frozen=True)
 class InstanceInfo:
-    """One instance of a job (an MPI rank) and the replicas it drives."""
+    """The placement of one instance of a job (an MPI rank): the replicas it drives and where.
+
+    The launcher computes every instance's placement once (:func:`assign_instances`) and hands
+    it over through the environment contract (``poprun_py.env``); inside the instance
+    ``read_env`` rebuilds this same record, and the loader, the replicas, the engine and the
+    device model all read it from there. ``system`` is "" when the environment did not say
+    (Graphcore's PopRun sets no system variable).
+    """
 
     index: int
     num_instances: int
@@ -28,10 +35,6 @@ class InstanceInfo:
     @property
     def replicas(self) -> range:
         return range(self.replica_offset, self.replica_offset + self.num_local_replicas)
-
-    @property
-    def ipu_offset(self) -> int:
-        return self.replica_offset * self.ipus_per_replica
 
 
 def device_id(partition_ipus: int, device_ipus: int, first_ipu: int) -> int:
@@ -50,6 +53,15 @@ def device_id(partition_ipus: int, device_ipus: int, first_ipu: int) -> int:
         base += partition_ipus // size
         size *= 2
     return base + first_ipu // device_ipus
+
+
+def single_instance(num_replicas: int, ipus_per_replica: int = 1, system: str = "") -> InstanceInfo:
+    """The placement of a job that is one instance running all ``num_replicas`` replicas (no launcher)."""
+    if num_replicas < 1 or ipus_per_replica < 1:
+        raise ValueError(f"a job needs at least one replica of at least one IPU, got {num_replicas} x {ipus_per_replica}")
+    return InstanceInfo(index=0, num_instances=1, host="", local_index=0, num_local_replicas=num_replicas,
+                        replica_offset=0, num_total_replicas=num_replicas, ipus_per_replica=ipus_per_replica,
+                        ild=0, device_id=0, system=system)
 
 
 def assign_instances(config: LaunchConfig) -> list[InstanceInfo]:

@@ -32,3 +32,21 @@ def test_every_launcher_option_is_documented():
     options = {a.option_strings[-1] for a in build_parser()._actions
                if a.option_strings and a.dest not in ("help", "version")}
     assert options - documented == set()
+
+
+def test_the_pipelining_snippet_runs(tmp_path, monkeypatch):
+    """The README's pipelining example, as printed there (the PNG goes to a temporary folder)."""
+    section = readme().split("## Pipelining API and examples", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    monkeypatch.chdir(ROOT)
+    code = code.replace('"timeline.png"', repr(str(tmp_path / "timeline.png")))
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_example_commands_name_existing_scripts_and_options():
+    section = readme().split("## Pipelining API and examples", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", section, re.S)[0].splitlines()
+    for line in commands:
+        script = re.search(r"python (launch/examples/\w+\.py)", line).group(1)
+        assert os.path.exists(os.path.join(ROOT, script)), script

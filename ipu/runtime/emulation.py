@@ -28,22 +28,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ipu.precision import PrecisionMode, _sr_kernel, get_precision, round_to_fp16_
-
-_MASK64 = (1 << 64) - 1
-
-
-def _mix64(z: int) -> int:
-    """splitmix64's finaliser on a Python int: a well-spread 64-bit value for any input."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
+from ipu.precision import PrecisionMode, get_precision, round_to_fp16_, stochastic_round_to_fp16_
+from data._jit import hash3
 
 def rounding_seed(seed: int, update: int, param_index: int) -> int:
     """The stochastic-rounding seed of one parameter at one weight update (64 bits, stateless)."""
-    return _mix64(_mix64(_mix64(int(seed)) ^ int(update)) ^ int(param_index))
+    return int(hash3(int(seed), int(update), int(param_index)))
 
 
 class HalfRounder:
@@ -102,16 +92,22 @@ class PrecisionEmulation:
         :meth:`store_initial`). ``16.32`` rounds the weights in place and restores the float32
         masters afterwards, so the optimizer updates the masters.
         """
-        if self.half_weights:
-            self.rounder.round_all_(p.data for p in self.params)
-            yield
-            return
-        for p, master in zip(self.params, self._masters):
-            np.copyto(master, p.data)
-            self.rounder.round_(p.data)
+        self.round_for_compute()
         try:
             yield
         finally:
+            self.restore_masters()
+
+    def round_for_compute(self) -> None:
+        """Enter :meth:`compute_weights`: round the weights (``16.32``: keep the masters first)."""
+        if not self.half_weights:
+            for p, master in zip(self.params, self._masters):
+                np.copyto(master, p.data)
+        self.rounder.round_all_(p.data for p in self.params)
+
+    def restore_masters(self) -> None:
+        """Leave :meth:`compute_weights`: ``16.32`` puts the float32 masters back."""
+        if not self.half_weights:
             for p, master in zip(self.params, self._masters):
                 np.copyto(p.data, master)
 
@@ -122,9 +118,7 @@ class PrecisionEmulation:
             return
         for i, p in enumerate(self.params):
             if self.stochastic_rounding:
-                flat = p.data.reshape(-1)  # a view: parameters are contiguous
-                bits = flat.view(np.uint32)
-                _sr_kernel(bits, np.uint64(rounding_seed(self.seed, update, i)), flat, bits)
+                stochastic_round_to_fp16_(p.data, rounding_seed(self.seed, update, i))
             else:
                 self.rounder.round_(p.data)
         self._round_optimizer_state()

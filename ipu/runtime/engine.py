@@ -1,8 +1,8 @@
 """The data-parallel training engine: local replicas, one fused all-reduce, one optimizer step.
 
 One host call (``Engine.train_steps``) runs ``device_iterations`` weight updates: the host loads
-each local replica's ``ReplicaFeed`` (an ``InfeedQueue`` of uint8 micro-batches, ``prefetch_depth``
-deep, views into the loader's batches) and the per-step metrics come back through an
+each local replica's ``ReplicaFeed`` (uint8 views into the loader's batches, which the loader's
+thread prefetched: see ``ipu.runtime.streams``) and the per-step metrics come back through an
 ``OutfeedQueue`` drained at the end of the call. ``train_step`` is the one-update call. Each
 weight update:
 
@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ipu.runtime.emulation import PrecisionEmulation
+from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.replica import Replica, ReplicaResult
 from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
-from models.optim.loss_scaling import LossScaler, NonFiniteLossError, all_finite
+from models.optim.loss_scaling import LossScaler, NonFiniteLossError
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class Engine:
 
     def __init__(self, model, optimizer, schedule, comm, replicas: Sequence[Replica], *, grad_accum: int,
                  total_replicas: int, scaler: LossScaler, ema=None, ema_every_step: bool = False,
-                 checksum_every: int = 0, grad_dtype=np.float64, prefetch_depth: int = 3,
+                 checksum_every: int = 0, grad_dtype=np.float64,
                  emulation: PrecisionEmulation | None = None) -> None:
         if total_replicas != len(replicas) * comm.size:
             raise ValueError(f"{total_replicas} total replicas but {len(replicas)} local replicas x "
@@ -118,10 +119,18 @@ class Engine:
         self.emulation = emulation  # float16 numerics (ipu.emulate_precision); None: float32 throughout
         self.flat = np.zeros(sum(p.data.size for p in self.params), dtype=np.dtype(grad_dtype))
         self.views = flat_views(self.params, self.flat)
-        self.feeds = [ReplicaFeed(prefetch_depth) for _ in self.replicas]  # one infeed per local replica
+        self.feeds = [ReplicaFeed() for _ in self.replicas]  # one infeed view per local replica
         self.outfeed = OutfeedQueue()
         self.step = 0  # weight updates done (applied or skipped)
         self.sync_seconds = 0.0
+        self.times = PhaseTimes()  # the engine's phases; the replicas keep their own
+
+    def phase_seconds(self) -> PhaseTimes:
+        """Seconds per phase so far, the engine's and every local replica's together."""
+        total = PhaseTimes()
+        for times in (self.times, *(r.times for r in self.replicas)):
+            total += times
+        return total
 
     # -- start ---------------------------------------------------------------------------
     def broadcast_initial_state(self) -> None:
@@ -136,9 +145,19 @@ class Engine:
         if self.emulation is not None:
             self.emulation.store_initial()
 
+    @contextlib.contextmanager
     def _compute_weights(self):
         """The weights the replicas compute with: float16-rounded under emulation, else as they are."""
-        return self.emulation.compute_weights() if self.emulation is not None else contextlib.nullcontext()
+        if self.emulation is None:
+            yield
+            return
+        with self.times.measure("precision_emulation"):
+            self.emulation.round_for_compute()
+        try:
+            yield
+        finally:
+            with self.times.measure("precision_emulation"):
+                self.emulation.restore_masters()
 
     def _broadcast_array(self, array: np.ndarray) -> None:
         if array.flags.c_contiguous:
@@ -181,11 +200,16 @@ class Engine:
         self.sync_gradients()
         synced = time.perf_counter()
         self.sync_seconds += synced - computed
-        totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
-        loss, accuracy, count = float(totals[0] / totals[2]), float(totals[1] / totals[2]), int(totals[2])
+        self.times.add("all_reduce", synced - computed)
+        with self.times.measure("metrics"):
+            totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
+            loss, accuracy, count = float(totals[0] / totals[2]), float(totals[1] / totals[2]), int(totals[2])
+        updating, emulated = time.perf_counter(), self.times.seconds["precision_emulation"]
         lr, applied, scale = self._update(loss)
         self.step += 1
         self._maybe_check_weights()
+        # the optimizer's phase, without the float16 storage of 16.16 that _update times as emulation
+        self.times.add("optimizer", time.perf_counter() - updating - (self.times.seconds["precision_emulation"] - emulated))
         report_progress(f"step {self.step}")
         done = time.perf_counter()
         return {"step": self.step - 1, "loss": loss, "accuracy": accuracy, "lr": lr, "applied": applied,
@@ -205,8 +229,7 @@ class Engine:
     def _update(self, loss: float) -> tuple[float, bool, float]:
         scale = self.scaler.scale
         # one pass: the mean over every micro-batch of every replica, and the loss-scale unscaling
-        self.flat *= self.flat.dtype.type(1.0 / (self.total_replicas * self.grad_accum * scale))
-        finite = all_finite(self.flat) and math.isfinite(loss)
+        finite = self.scaler.unscale_([self.flat], divisor=self.total_replicas * self.grad_accum) and math.isfinite(loss)
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale
@@ -214,7 +237,8 @@ class Engine:
             np.copyto(p.grad, g)
         self.optimizer.step(lr)
         if self.emulation is not None:
-            self.emulation.store_update(self.step)
+            with self.times.measure("precision_emulation"):  # not the optimizer's: taken out below
+                self.emulation.store_update(self.step)
         if self.ema is not None and self.ema_every_step:
             self.ema.update()
         return lr, True, scale
@@ -243,7 +267,8 @@ class Engine:
         """
         local = ReplicaResult()
         ctx = self.ema.averaged() if (use_ema and self.ema is not None) else contextlib.nullcontext()
-        with ctx, self._compute_weights():
+        rounded = self.emulation.compute_weights() if self.emulation is not None else contextlib.nullcontext()
+        with ctx, rounded:  # not timed: evaluation is no part of the update time
             for batch in batches:
                 for r, replica in enumerate(self.replicas):
                     local += replica.evaluate(batch.images[r], batch.labels[r], batch.mask[r])

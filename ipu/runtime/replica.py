@@ -20,7 +20,8 @@ Two implementations: :class:`SingleIpuReplica` (the whole model on one IPU) and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +30,8 @@ import numpy as np
 from ipu.runtime.emulation import HalfRounder
 from ipu.runtime.mixing import Targets, cutmix, mixed_cross_entropy, mixup
 from ipu.runtime.normalise import normalise
-from ipu.runtime.streams import ReplicaFeed, array_feed
+from ipu.runtime.phases import PhaseTimes
+from ipu.runtime.streams import ReplicaFeed
 from models.loss import softmax_cross_entropy
 
 
@@ -49,6 +51,7 @@ class Replica(Protocol):
     """What the engine needs from a replica (single-IPU or pipelined)."""
 
     index: int  # global replica index
+    times: PhaseTimes  # seconds of its normalise, model, gradient sum and float16 rounding
 
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
                  loss_scale: float) -> ReplicaResult: ...
@@ -72,6 +75,8 @@ class DeviceOps:
     mean/std: per-channel, pixel units (the dataset's). mixup_alpha: lambda ~ Beta(a, a), 0 off.
     cutmix_lambda: the fraction of each image kept (a box of ``1 - lambda`` of the area comes from
     another sample of the micro-batch), 0 off. Both mix labels in the same proportions.
+    loss_fn: ``(logits, labels) -> (mean loss, d loss / d logits)`` in place of the mixed
+    cross-entropy (the user's loss of ``ipu.runtime.pipelining``); it takes no mixing or smoothing.
     """
 
     mean: tuple[float, ...]
@@ -80,6 +85,12 @@ class DeviceOps:
     mixup_alpha: float = 0.0
     cutmix_lambda: float = 0.0
     label_smoothing: float = 0.0
+    loss_fn: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_fn is not None and (self.mixup_alpha or self.cutmix_lambda or self.label_smoothing):
+            raise ValueError("DeviceOps: a custom loss_fn replaces the mixed cross-entropy, so mixup_alpha, "
+                             "cutmix_lambda and label_smoothing must be 0 with it (smooth inside your loss)")
 
     def prepare(self, images: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
                 out: np.ndarray | None = None) -> tuple[np.ndarray, Targets]:
@@ -94,8 +105,12 @@ class DeviceOps:
 
     def loss(self, logits: np.ndarray, labels: np.ndarray, targets: Targets,
              loss_scale: float) -> tuple[ReplicaResult, np.ndarray]:
-        """Mixed cross-entropy of one micro-batch and d(loss_scale * loss)/d(logits)."""
-        loss, dlogits = mixed_cross_entropy(logits, targets, self.label_smoothing)
+        """Mixed cross-entropy (or ``loss_fn``) of one micro-batch and d(loss_scale * loss)/d(logits)."""
+        if self.loss_fn is not None:
+            loss, grad = self.loss_fn(logits, labels)
+            dlogits = np.array(grad, dtype=logits.dtype, copy=True)
+        else:
+            loss, dlogits = mixed_cross_entropy(logits, targets, self.label_smoothing)
         dlogits *= loss_scale
         correct = int(np.count_nonzero(logits.argmax(axis=1) == labels))
         return ReplicaResult(loss * len(labels), correct, len(labels)), dlogits
@@ -122,11 +137,7 @@ class _ReplicaBase:
         self.model, self.index, self.device, self.half = model, int(index), device, half
         self._state = {k: v.copy() for k, v in model.buffers().items()}
         self._x: np.ndarray | None = None
-
-    def run(self, images: np.ndarray, labels: np.ndarray, *, step: int, grads: Sequence[np.ndarray],
-            loss_scale: float) -> ReplicaResult:
-        """One step from arrays (``images`` uint8 [A, M, H, W, C]): :meth:`run_from` through a feed."""
-        return self.run_from(array_feed(images, labels), step=step, grads=grads, loss_scale=loss_scale)
+        self.times = PhaseTimes()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._state.items()}
@@ -138,20 +149,28 @@ class _ReplicaBase:
         for key, value in state.items():
             np.copyto(self._state[key], value)
 
-    def _input(self, images: np.ndarray, labels: np.ndarray, rng) -> tuple[np.ndarray, Targets]:
-        if self._x is None or self._x.shape != images.shape:
-            self._x = np.empty(images.shape, np.float32)
-        x, targets = self.device.prepare(images, labels, rng, out=self._x)
-        if self.half is not None:
-            self.half.round_(x)
+    def _input(self, images: np.ndarray, labels: np.ndarray, rng, reuse: bool = True) -> tuple[np.ndarray, Targets]:
+        """The device's first operations on a uint8 micro-batch (into a reused buffer unless ``reuse``
+        is false), rounded to float16 when the compute is emulated."""
+        with self.times.measure("normalise"):
+            if reuse and (self._x is None or self._x.shape != images.shape):
+                self._x = np.empty(images.shape, np.float32)
+            x, targets = self.device.prepare(images, labels, rng, out=self._x if reuse else None)
+        self._round(x)
         return x, targets
+
+    def _round(self, x: np.ndarray) -> None:
+        if self.half is not None:
+            with self.times.measure("precision_emulation"):
+                self.half.round_(x)
 
     def _add_partials(self, grads: Sequence[np.ndarray], partials: Sequence[np.ndarray]) -> None:
         """Add this replica's gradients into the engine's buffers (rounded to float16 first if emulated)."""
-        for g, partial in zip(grads, partials):
-            if self.half is not None:
-                self.half.round_(partial)
-            g += partial
+        for partial in partials:
+            self._round(partial)
+        with self.times.measure("gradient_sum"):
+            for g, partial in zip(grads, partials):
+                g += partial
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult:
         """Loss and top-1 of the masked samples, inference mode, this replica's statistics."""
@@ -183,10 +202,11 @@ class SingleIpuReplica(_ReplicaBase):
                 images, labels = feed.next()
                 rng = replica_rng(self.device.seed, step, self.index, a)
                 x, targets = self._input(images, labels, rng)
-                self.model.set_rng(rng)
-                logits = self.model.forward(x, training=True)
-                result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
-                self.model.backward(dlogits, need_dx=False)
+                with self.times.measure("model"):
+                    self.model.set_rng(rng)
+                    logits = self.model.forward(x, training=True)
+                    result, dlogits = self.device.loss(logits, labels, targets, loss_scale)
+                    self.model.backward(dlogits, need_dx=False)
                 self._add_partials(grads, [p.grad for p in params])
                 total += result
         return total
@@ -196,38 +216,49 @@ class PipelinedIpuReplica(_ReplicaBase):
     """The model cut at ``splits`` into stages on their own IPUs (``ipu/runtime/pipelined_replica.py``).
 
     The pipeline needs every micro-batch's input up front, so all A are normalised and mixed
-    first. Its recomputation re-runs forwards, which redraws dropout and drop-connect masks: with
-    those enabled the gradients differ from the single-IPU replica's (with them off they agree).
+    first, each with its micro-batch's stream ``replica_rng(seed, step, replica, a)``. The
+    pipeline continues that stream for the micro-batch's dropout and drop-connect masks, stage
+    after stage, and replays it when recomputing, and each micro-batch's gradient partials are added
+    to the engine's buffers as its backward finishes. So this replica draws the same masks and adds
+    the same partials in the same order as :class:`SingleIpuReplica`: the two agree bitwise.
     """
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
-                 recompute: bool = True, half: HalfRounder | None = None) -> None:
+                 recompute: bool = True, half: HalfRounder | None = None, device_mapping: Sequence[int] = ()) -> None:
         from ipu.runtime.pipelined_replica import PipelinedReplica
 
         super().__init__(model, index, device, half)
-        self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute)
+        self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute,
+                                         device_mapping=device_mapping)
+        self._position = {id(p): i for i, p in enumerate(model.params())}
+        self.last_run = None  # the last step's ``PipelineResult`` (trace, CPU seconds per stage)
 
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
                  loss_scale: float) -> ReplicaResult:
-        micro, targets = [], {}
-        num = feed.num_micro_batches
-        for a in range(num):
+        micro, rngs, targets = [], [], []
+        for a in range(feed.num_micro_batches):
             images, y = feed.next()
-            x, mixed = self.device.prepare(images, y, replica_rng(self.device.seed, step, self.index, a))
-            if self.half is not None:
-                self.half.round_(x)
+            rng = replica_rng(self.device.seed, step, self.index, a)
+            x, mixed = self._input(images, y, rng, reuse=False)
             micro.append((x, y))
-            targets[id(y)] = mixed
+            rngs.append(rng)
+            targets.append(mixed)
         results: list[ReplicaResult] = []
+        index = {id(y): a for a, (_, y) in enumerate(micro)}
 
         def loss_fn(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-            result, dlogits = self.device.loss(logits, y, targets[id(y)], loss_scale)
+            result, dlogits = self.device.loss(logits, y, targets[index[id(y)]], loss_scale)
             results.append(result)
             return result.loss_sum / max(result.count, 1), dlogits
 
-        # dropout draws: one stream for the whole pipelined run (stream id A: after the micro-batches')
-        self.model.set_rng(replica_rng(self.device.seed, step, self.index, num))
+        def accumulate(params) -> None:
+            self._add_partials([grads[self._position[id(p)]] for p in params], [p.grad for p in params])
+
+        # the pipeline adds partials as it goes: those phases are timed inside, "model" is the rest
+        inner_before = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"]
+        start = time.perf_counter()
         with replica_state(self.model, self._state):
-            out = self.pipeline.run(micro, loss_fn)
-        self._add_partials(grads, [out.grads[p.name] for p in self.model.params()])
+            self.last_run = self.pipeline.run(micro, loss_fn, rngs=rngs, accumulate=accumulate)
+        inner = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"] - inner_before
+        self.times.add("model", time.perf_counter() - start - inner)
         return sum(results, ReplicaResult())

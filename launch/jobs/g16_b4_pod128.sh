@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD128 (ref 1.2, 1.3): 64 replicas x 2 IPUs,
+# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD128 (docs/sources.md §1.2, §1.3): 64 replicas x 2 IPUs,
 # global batch 6144 (micro-batch 3 x accumulation 32 x 64 replicas), 8 host(s).
 #   sbatch launch/jobs/g16_b4_pod128.sh [training options]       (or run it on a host, without Slurm)
 # Training options go to launch.train, e.g. --set run.epochs=1 --set data.path=/data/imagenet.h5.

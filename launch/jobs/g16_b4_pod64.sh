@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD64 (ref 1.2, 1.3): 32 replicas x 2 IPUs,
+# Graphcore's G16 EfficientNet-B4 LARS recipe on IPU-POD64 (docs/sources.md §1.2, §1.3): 32 replicas x 2 IPUs,
 # global batch 6144 (micro-batch 3 x accumulation 64 x 32 replicas), 4 host(s).
 #   sbatch launch/jobs/g16_b4_pod64.sh [training options]       (or run it on a host, without Slurm)
 # Training options go to launch.train, e.g. --set run.epochs=1 --set data.path=/data/imagenet.h5.

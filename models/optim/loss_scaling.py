@@ -93,9 +93,10 @@ class LossScaler:
     def dynamic(self) -> bool:
         return self.cfg.kind == "dynamic"
 
-    def unscale_(self, grads: Sequence[np.ndarray]) -> bool:
-        """Divide every gradient by the scale in place; return True if all are finite."""
-        inv = 1.0 / self.scale
+    def unscale_(self, grads: Sequence[np.ndarray], divisor: float = 1.0) -> bool:
+        """Divide every gradient by the scale (and by ``divisor``, e.g. the micro-batches summed, in the
+        same pass) in place; return True if all are finite."""
+        inv = 1.0 / (divisor * self.scale)
         finite = True
         for g in grads:
             if inv != 1.0:
@@ -139,9 +140,3 @@ def all_finite(x: np.ndarray) -> bool:
     if x.size == 0:
         return True
     return math.isfinite(float(np.max(x))) and math.isfinite(float(np.min(x)))
-
-
-def check_finite_loss(loss: float, step: int) -> None:
-    """Raise ``NonFiniteLossError`` if ``loss`` is NaN or infinite (for runs without a scaler)."""
-    if not math.isfinite(loss):
-        raise NonFiniteLossError(step, loss)

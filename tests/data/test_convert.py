@@ -1,3 +1,4 @@
+import gzip
 import subprocess
 import sys
 
@@ -7,9 +8,16 @@ import pytest
 from data.__main__ import main
 from data.convert import FASHION_MNIST_CLASSES, balanced_subset, convert_idx, convert_images, convert_synthetic
 from data.dataset import open_dataset, verify_dataset
-from data.idx import read_idx, write_idx
+from data.idx import read_idx
 from data.sources import SHIPPED_SUBSET, fashion_mnist_path
 from data.synthetic import SyntheticSpec, synthetic_block
+
+
+def write_idx(path, array, compress=False):
+    """An IDX file (big-endian header, then the bytes), plain or gzip: the fixtures' writer."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    payload = bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes() + array.tobytes()
+    path.write_bytes(gzip.compress(payload) if compress else payload)
 
 
 def _fake_mnist(folder, n_train=30, n_val=20, compress=True):
@@ -163,3 +171,27 @@ def test_shipped_subset_labels_match_the_images():
     scores = v @ centroids.T - 0.5 * (centroids**2).sum(axis=1)
     accuracy = (scores.argmax(axis=1) == val.labels).mean()
     assert accuracy > 0.6  # nearest centroid on Fashion-MNIST reaches about 0.68; shuffled labels give 0.1
+
+
+def test_convert_idx_names_classes_from_a_flag_or_by_index_never_silently(tmp_path, capsys):
+    source = str(_fake_mnist(tmp_path / "m", compress=False))
+    assert main(["convert", "idx", source, str(tmp_path / "plain.h5")]) == 0
+    assert open_dataset(tmp_path / "plain.h5", "train").info.class_names == tuple(str(k) for k in range(10))
+    names = ",".join(f"c{k}" for k in range(10))
+    assert main(["convert", "idx", source, str(tmp_path / "named.h5"), "--class-names", names]) == 0
+    assert open_dataset(tmp_path / "named.h5", "train").info.class_names[:2] == ("c0", "c1")
+    assert main(["convert", "idx", source, str(tmp_path / "fm.h5"), "--preset", "fashion-mnist"]) == 0
+    assert open_dataset(tmp_path / "fm.h5", "train").info.class_names == FASHION_MNIST_CLASSES
+
+
+def test_ctrl_c_during_convert_prints_no_traceback_and_leaves_no_file(tmp_path, monkeypatch, capsys):
+    import data.__main__ as cli
+
+    def interrupted(args, progress):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run_convert", interrupted)
+    out = tmp_path / "x.h5"
+    assert main(["convert", "synthetic", str(out), "--train", "4", "--val", "2"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err and not out.exists()

@@ -183,19 +183,6 @@ def test_bad_loader_arguments(train):
         Loader(train, BatchSpec(micro_batch=1), cache="disk")
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_take_crosses_epochs_like_epoch_loops(train, prefetch):
-    spec = BatchSpec(micro_batch=6)
-    by_epoch = Loader(train, spec, seed=5, prefetch=prefetch)
-    expected = list(by_epoch) + list(by_epoch)
-    stepped = Loader(train, spec, seed=5, prefetch=prefetch)
-    stepped.set_position(0, 2)
-    got = list(stepped.take(9))
-    assert [(b.epoch, b.step) for b in got] == [(b.epoch, b.step) for b in expected[2:11]]
-    assert all(np.array_equal(a.sample_ids, b.sample_ids) for a, b in zip(got, expected[2:11]))
-    assert stepped.position == (1, 5)
-
-
 def test_evaluation_resize_keeps_the_whole_image(tiny_file):
     validation = open_dataset(tiny_file, "validation")
     same = evaluation_loader(validation, BatchSpec(micro_batch=5), out_size=(6, 5))

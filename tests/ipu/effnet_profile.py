@@ -1,7 +1,7 @@
 """A hand-made EfficientNet LayerProfile list for tests that must not depend on ``models/``.
 
-It follows the B0 block table and compound scaling in ref §6, with Graphcore's G16 option
-(groups = channels // group_dim, ref §1.5). It counts; it does not compute.
+It follows the B0 block table and compound scaling in docs/sources.md §3, with Graphcore's G16 option
+(groups = channels // group_dim, docs/sources.md §2). It counts; it does not compute.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from models.optim.loss_scaling import LossScaleConfig, LossScaler
 from models.optim import OptimConfig, make_optimizer
 from models.optim.schedules import ScheduleConfig, make_schedule
 from poprun_py.comm import LoopbackComm
+from ipu.runtime.streams import ReplicaFeed
 
 MEAN, STD = (100.0,), (50.0,)
 
@@ -118,7 +119,7 @@ def test_gradient_partials_are_float16_before_accumulation():
     grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
     images, labels = batch(1, 1)
     with engine.emulation.compute_weights():
-        engine.replicas[0].run(images[0], labels[0], step=0, grads=grads, loss_scale=128.0)
+        engine.replicas[0].run_from(ReplicaFeed([(images[0], labels[0])]), step=0, grads=grads, loss_scale=128.0)
     assert all(is_float16(g.astype(np.float32)) for g in grads) and any(np.any(g) for g in grads)
 
 
@@ -147,11 +148,22 @@ def test_the_rounder_rounds_to_nearest_in_place_like_numpys_cast():
 
 
 def test_pipelined_replicas_add_float16_partials_too():
+    """Each micro-batch's partials are rounded to float16 before they are added, as on one IPU."""
     from ipu.runtime.replica import PipelinedIpuReplica
 
     model = dense()
-    replica = PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], half=HalfRounder())
-    grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
     images, labels = batch(1, 4)
-    replica.run(images[0], labels[0], step=0, grads=grads, loss_scale=128.0)
-    assert all(is_float16(g.astype(np.float32)) for g in grads) and any(np.any(g) for g in grads)
+    sums = []
+    for replica in (PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], half=HalfRounder()),
+                    SingleIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), half=HalfRounder())):
+        grads = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
+        replica.run_from(ReplicaFeed([(images[0], labels[0])]), step=0, grads=grads, loss_scale=128.0)
+        sums.append(grads)
+    for a, b in zip(*sums):
+        np.testing.assert_array_equal(a, b)
+    assert any(np.any(g) for g in sums[0])
+    one = [np.zeros_like(p.data, dtype=np.float64) for p in model.params()]
+    replica = PipelinedIpuReplica(model, 0, DeviceOps(MEAN, STD, seed=1), ["fc2"], "sequential", half=HalfRounder())
+    feed = ReplicaFeed([(images[0][:1].repeat(4, 0), labels[0][:1].repeat(4, 0))])
+    replica.run_from(feed, step=0, grads=one, loss_scale=128.0)
+    assert all(is_float16((g / 4).astype(np.float32)) for g in one)  # 4 equal float16 partials

@@ -103,3 +103,23 @@ def test_report_text_and_png(b4_g16, tmp_path):
     assert ipu0.rstrip().endswith("yes")
     assert io.startswith("IO tiles: 32 per IPU") and "overlaps compute" in io
     assert plot_memory_report(memory, tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_stages_sharing_an_ipu_share_its_tiles(toy_profile):
+    """device_mapping [0, 1, 1, 0]: IPU 0 holds stem and head, IPU 1 the two middle blocks."""
+    base = IpuPlan(model="toy", image_size=4, image_channels=1, micro_batch=1, gradient_accumulation=8,
+                   ipus_per_replica=4, pipeline_splits=("block1a", "block2a", "head"), precision="32.32",
+                   optimizer="sgd", system="POD4")
+    alone = fit(base, toy_profile)
+    shared = fit(replace(base, device_mapping=(0, 1, 1, 0), ipus_per_replica=2), toy_profile)
+    assert [m.blocks for m in shared.ipus] == [("stem", "head"), ("block1a", "block2a")]
+    weights = [m.by_category["weights"] for m in alone.ipus]
+    assert [m.by_category["weights"] for m in shared.ipus] == [weights[0] + weights[3], weights[1] + weights[2]]
+    assert base.image_elems == 16 and base.num_stages == 4 and shared.split.num_stages == 4
+
+
+def test_device_mapping_must_fit_the_replica():
+    with pytest.raises(ValueError, match="uses IPU 2 but a replica has 2 IPUs .* raise ipus_per_replica"):
+        IpuPlan(ipus_per_replica=2, device_mapping=(0, 2), gradient_accumulation=4)
+    with pytest.raises(ValueError, match="at least 2 x stages = 6"):
+        IpuPlan(ipus_per_replica=2, device_mapping=(0, 1, 1), gradient_accumulation=4)

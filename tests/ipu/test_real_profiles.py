@@ -4,15 +4,12 @@ from dataclasses import replace
 
 import pytest
 
-models = pytest.importorskip("models")
-if not hasattr(models, "build_model"):
-    pytest.skip("models.build_model has not landed", allow_module_level=True)
-
-from ipu.cost import predict  # noqa: E402
-from ipu.memory import IpuOutOfMemoryError, check_fit  # noqa: E402
-from ipu.pipeline import block_order  # noqa: E402
-from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, load_profile  # noqa: E402
-from test_cost import PUBLISHED_FACTOR  # noqa: E402
+import models
+from ipu.cost import predict
+from ipu.memory import IpuOutOfMemoryError, check_fit
+from ipu.pipeline import block_order
+from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, load_profile
+from test_cost import PUBLISHED_FACTOR
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 import pytest
 
-from ipu.schedule import build_schedule
+from ipu.schedule import build_schedule, expected_bubble_share
 
 
 def test_grouped_two_stages_four_micro_batches():
@@ -57,3 +57,20 @@ def test_every_schedule_respects_data_dependencies(kind, stages, n):
 def test_bad_schedule_names_the_choices():
     with pytest.raises(ValueError, match="grouped, interleaved, sequential"):
         build_schedule("1f1b", 2, 4)
+
+
+def test_device_mapping_puts_stages_on_ipus():
+    s = build_schedule("grouped", 4, 8, device_mapping=[0, 1, 1, 0])
+    assert s.num_ipus == 2 and [s.ipu_of(k) for k in range(4)] == [0, 1, 1, 0]
+    assert build_schedule("grouped", 3, 6).num_ipus == 3  # default: stage s on IPU s
+    with pytest.raises(ValueError, match="interleaved schedule does not support"):
+        build_schedule("interleaved", 2, 4, device_mapping=[0, 0])
+    with pytest.raises(ValueError, match="3 entries for 2 stages"):
+        build_schedule("grouped", 2, 4, device_mapping=[0, 1, 2])
+
+
+def test_expected_bubble_share_is_exact():
+    assert str(expected_bubble_share("grouped", 2, 4)) == "1/5"  # (S-1)/(N+S-1)
+    assert str(expected_bubble_share("sequential", 4, 8, 1, 2)) == "3/4"  # (S-1)/S
+    assert str(expected_bubble_share("interleaved", 3, 6, 1, 2)) == "11/29"  # 1 - 18/(3 + 8 + 9*2)
+    assert expected_bubble_share("grouped", 1, 5) == 0

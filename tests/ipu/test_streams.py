@@ -5,40 +5,14 @@ import pytest
 
 from ipu.specs import MK2_GC200
 from ipu.io_tiles import io_overlaps, plan_io_tiles
-from ipu.runtime.streams import InfeedQueue, OutfeedQueue, run_device_iterations
+from ipu.runtime.streams import ReplicaFeed, host_batches_ahead
 
 
-def _batches(n, shape=(2, 4, 4, 3)):
-    for i in range(n):
-        yield np.full(shape, i, np.uint8), np.array([i, i])
-
-
-def test_infeed_takes_uint8_up_to_the_prefetch_depth():
-    q = InfeedQueue((2, 4, 4, 3), prefetch_depth=2)
-    assert q.fill_from(_batches(5)) == 2 and q.full()
-    with pytest.raises(RuntimeError, match="infeed is full"):
-        q.put(np.zeros((2, 4, 4, 3), np.uint8), np.zeros(2))
-    assert q.get()[0][0, 0, 0, 0] == 0
-    with pytest.raises(ValueError, match="uint8 images"):
-        q.put(np.zeros((2, 4, 4, 3), np.float32), np.zeros(2))
-    with pytest.raises(ValueError, match=r"shape \(2, 4, 4, 3\)"):
-        q.put(np.zeros((1, 4, 4, 3), np.uint8), np.zeros(1))
-
-
-def test_device_iterations_run_several_steps_per_host_call():
-    infeed, outfeed = InfeedQueue((2, 4, 4, 3), 3), OutfeedQueue()
-    source = _batches(10)
-    seen = []
-
-    def step(images, labels):
-        seen.append(int(images[0, 0, 0, 0]))
-        return {"loss": float(labels.sum())}
-
-    first = run_device_iterations(step, infeed, outfeed, source, 4)
-    second = run_device_iterations(step, infeed, outfeed, source, 4)
-    assert [m["loss"] for m in first] == [0.0, 2.0, 4.0, 6.0]
-    assert len(second) == 4 and seen == list(range(8))
-    assert infeed.bytes_in == 10 * (96 + 16)  # 8 consumed + 2 prefetched
+def test_the_loader_keeps_prefetch_depth_micro_batches_ahead_of_each_replica():
+    assert [host_batches_ahead(d, 1) for d in (0, 1, 2, 3)] == [0, 1, 2, 3]
+    assert [host_batches_ahead(3, a) for a in (2, 3, 4, 256)] == [2, 1, 1, 1]
+    with pytest.raises(ValueError, match="prefetch_depth must be >= 0"):
+        host_batches_ahead(-1, 1)
 
 
 def test_overlap_rule():
@@ -65,15 +39,13 @@ def test_warns_when_io_tiles_cannot_overlap(caplog):
     assert "needs a single-IPU replica or the grouped pipeline schedule" in caplog.text
 
 
-def test_replica_feed_prefetches_across_steps_without_copying():
-    from ipu.runtime.streams import ReplicaFeed
-
+def test_a_replica_feed_hands_out_views_of_every_step_in_order():
     steps = [(np.full((3, 2, 4, 4, 1), s, np.uint8), np.full((3, 2), s)) for s in range(2)]
-    feed = ReplicaFeed(prefetch_depth=2)
-    feed.load(steps)
-    got = [feed.next() for _ in range(3)]  # step 0's three micro-batches
-    assert feed.num_micro_batches == 3 and all(np.shares_memory(x, steps[0][0]) for x, _ in got)
-    assert len(feed.infeed) == 1 and int(feed.infeed._items[0][0][0, 0, 0, 0]) == 1  # step 1 already queued
-    with pytest.raises(RuntimeError, match="still holds 1 micro-batches"):
-        feed.load(steps)
-    assert [int(feed.next()[1][0]) for _ in range(3)] == [1, 1, 1]
+    feed = ReplicaFeed(steps)
+    got = [feed.next() for _ in range(6)]
+    assert feed.num_micro_batches == 3 and all(np.shares_memory(x, steps[i // 3][0]) for i, (x, _) in enumerate(got))
+    assert [int(y[0]) for _, y in got] == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(RuntimeError, match="read past the micro-batches"):
+        feed.next()
+    with pytest.raises(ValueError, match="uint8 images"):
+        ReplicaFeed([(np.zeros((1, 2, 4, 4, 1), np.float32), np.zeros((1, 2)))])

@@ -1,7 +1,7 @@
 import pytest
 
 from ipu.schedule import build_schedule
-from ipu.timeline import format_timeline, place, plot_timeline, slot_durations
+from ipu.timeline import bubble_share, format_sequence, format_timeline, place, plot_timeline, slot_durations
 
 COSTS = [{"FWD": 1.0, "RECOMP": 0.5, "BWD": 2.0}, {"FWD": 3.0, "BWD": 4.0}]
 
@@ -37,3 +37,19 @@ def test_text_timeline():
 def test_png_timeline(tmp_path):
     path = plot_timeline(build_schedule("interleaved", 2, 4), COSTS, tmp_path / "t.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sequence_notation_one_line_per_ipu():
+    assert format_sequence(build_schedule("grouped", 2, 3, recompute=True)).splitlines() == [
+        "IPU1: FWD.1 FWD.2 FWD.3 RECOMP.1 BWD.1 RECOMP.2 BWD.2 RECOMP.3 BWD.3",
+        "IPU2: FWD.1 FWD.2 BWD.1 FWD.3 BWD.2 BWD.3",
+    ]
+
+
+def test_stages_sharing_an_ipu_add_up_in_a_slot_and_are_labelled():
+    s = build_schedule("sequential", 2, 1, device_mapping=[0, 0])
+    assert format_sequence(s) == "IPU1: S1:FWD.1 S2:FWD.1 S2:BWD.1 S1:BWD.1"
+    shared = build_schedule("grouped", 2, 4, device_mapping=[0, 0])
+    costs = [{"FWD": 1.0, "BWD": 2.0}] * 2
+    # one IPU does all the work: no idle time, and slots hold both stages' work
+    assert sum(slot_durations(shared, costs)) == 2 * 4 * 3.0 and bubble_share(shared, costs) == 0.0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from launch.config import TrainConfig, distribute, from_dict, load_config
+from launch.config import TrainConfig, distribute, from_dict, load_config, placement
 from poprun_py.env import DistInfo
+from poprun_py.topology import InstanceInfo, single_instance
 
 
 def test_default_config_loads_with_its_sections():
@@ -43,7 +46,7 @@ def test_overrides_win_and_are_parsed_as_yaml():
     ("optim.momentumm=0.9", r"optim\.momentumm: unknown key; valid keys are name, momentum, weight_decay"),
     ("optimiser.momentum=0.9", r"unknown section 'optimiser'; sections are data, model, optim"),
     ("momentum=0.9", r"write section\.field=value"),
-    ("optim.momentum=fast", r"optim\.momentum='fast' is not a valid"),
+    ("optim.momentum=fast", r"optim\.momentum='fast' is not a number"),  # issue 11: in words
     ("optim.momentum=1.5", r"optim\.momentum=1\.5 must be in \[0\.0, 1\.0\)"),
     ("data.micro_batch=0", r"data\.micro_batch=0 must be >= 1"),
 ])
@@ -68,9 +71,12 @@ def test_to_dict_round_trips():
     assert from_dict(cfg.to_dict()) == cfg
 
 
-def dist(instances, replicas, ipus=1):
-    return DistInfo(is_set=True, num_instances=instances, num_total_replicas=replicas,
-                    num_local_replicas=replicas // instances, ipus_per_replica=ipus)
+def dist(instances, replicas, ipus=1, system="", index=0):
+    local = replicas // instances
+    return DistInfo(is_set=True, placement=InstanceInfo(
+        index=index, num_instances=instances, host="h", local_index=index, num_local_replicas=local,
+        replica_offset=index * local, num_total_replicas=replicas, ipus_per_replica=ipus, ild=0, device_id=0,
+        system=system))
 
 
 def test_distribute_accepts_the_launchers_matching_topology():
@@ -87,6 +93,25 @@ def test_distribute_refuses_a_different_replica_count_and_says_how_to_fix():
         distribute(load_config("g16-b4-pod16"), dist(8, 8, ipus=1))
 
 
+def test_the_launchers_system_reaches_the_config_and_a_different_one_names_the_fix():
+    assert distribute(load_config("default"), dist(2, 4, system="POD16")).ipu.system == "POD16"
+    pod64 = load_config("g16-b4-pod64")
+    assert distribute(pod64, dist(32, 32, ipus=2, system="POD64")) == pod64
+    with pytest.raises(ValueError, match=r"launcher runs on POD128 but the config has ipu\.system=POD64; "
+                                         r"launch with --system POD64 or pass --set ipu\.system=POD128"):
+        distribute(pod64, dist(32, 32, ipus=2, system="POD128"))
+
+
+def test_placement_is_the_launchers_else_one_instance_with_every_replica():
+    launched = dist(2, 4, index=1, system="POD4")
+    cfg = distribute(load_config("default"), launched)
+    assert placement(cfg, launched) is launched.placement
+    assert placement(cfg, launched).replicas == range(2, 4)
+    alone = placement(load_config("default"), DistInfo(is_set=False))
+    assert alone == single_instance(4, 1, "")
+    assert (alone.num_instances, alone.num_local_replicas, alone.replicas) == (1, 4, range(0, 4))
+
+
 def test_precision_emulation_is_on_in_the_recipe_and_fmnist_16_16_only():
     assert not load_config("default").ipu.emulate_precision
     for name in ("g16-b4-pod16", "g16-b4-pod256", "fmnist-16.16"):
@@ -100,3 +125,34 @@ def test_a_bad_or_unquoted_precision_names_the_fix():
         load_config("default", ["ipu.precision=16.16"])
     with pytest.raises(ValueError, match="ipu.precision='16.8' is not a precision mode: choose one of 32.32"):
         load_config("default", ["ipu.precision='16.8'"])
+
+
+@pytest.mark.parametrize("pod", ["pod16", "pod64", "pod128", "pod256"])
+def test_the_recipe_configs_are_the_ipu_presets(pod):
+    from ipu.plan import get_preset
+    from launch.compile import ipu_plan
+    from models.registry import efficientnet_config
+
+    preset = get_preset(f"g16-b4-{pod}")
+    plan = ipu_plan(load_config(f"g16-b4-{pod}"), (380, 380, 3), 1000, preset.dataset_images)
+    assert dataclasses.replace(plan, model=preset.model, model_overrides=preset.model_overrides) == preset
+    assert efficientnet_config(plan.model, **plan.overrides) == efficientnet_config(preset.model, **preset.overrides,
+                                                                                    resolution=preset.image_size)
+
+
+def test_an_unknown_preset_names_the_known_ones(tmp_path):
+    path = tmp_path / "mine.yml"
+    path.write_text("mine: {preset: g16-b4-pod3}\n")
+    with pytest.raises(ValueError, match="preset: unknown preset 'g16-b4-pod3': choose one of g16-b4-pod4"):
+        load_config(f"{path}:mine")
+
+
+@pytest.mark.parametrize("override,words", [
+    ("data.micro_batch='abc'", r"data\.micro_batch='abc' is not an integer"),
+    ("optim.momentum=[1]", r"optim\.momentum=\[1\] is not a number"),
+    ("run.evaluate=3", r"run\.evaluate=3 is not true or false"),
+    ("data.crop_scale=5", r"data\.crop_scale=5 is not a list"),
+])
+def test_a_wrong_type_says_what_the_field_takes_in_words(override, words):
+    with pytest.raises(ValueError, match=words):
+        load_config("default", [override])

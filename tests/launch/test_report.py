@@ -55,3 +55,51 @@ def test_recipe_configs_predict_what_the_ipu_presets_predict(pod):
     preset = get_preset(f"g16-b4-{pod}")
     assert system == preset.system
     assert images_per_s == pytest.approx(predict(preset, load_profile(preset)).images_per_s, rel=1e-9)
+
+
+def _tensorboard_scalars(folder) -> dict[tuple[str, int], float]:
+    """Every scalar in the event files under ``folder``: TFRecord framing, tensorboardX's Event proto."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = struct.unpack_from("<Q", data, offset)
+            event = Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4  # length, its crc, the record, its crc
+            for value in event.summary.value:
+                scalars[(value.tag, event.step)] = value.simple_value
+    return scalars
+
+
+def test_metrics_also_go_to_tensorboard_event_files(tmp_path):
+    pytest.importorskip("tensorboardX")
+    log = MetricsLog(tmp_path, tensorboard="true")
+    for step in range(3):
+        log.write({"event": "step", "step": step, "loss": 1.0 / (step + 1), "accuracy": 0.25 * step, "lr": 0.5})
+    log.write({"event": "eval", "step": 3, "epoch": 0, "val_loss": 0.25, "val_accuracy": 0.75})
+    log.close()
+    scalars = _tensorboard_scalars(tmp_path)
+    assert scalars[("train/loss", 2)] == pytest.approx(1.0 / 3.0) and scalars[("train/accuracy", 1)] == 0.25
+    assert scalars[("train/learning_rate", 0)] == 0.5
+    assert (scalars[("validation/loss", 3)], scalars[("validation/accuracy", 3)]) == (0.25, 0.75)
+
+
+def test_tensorboard_true_without_the_library_names_the_install(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboardx(name, *args, **kwargs):
+        if name.startswith("tensorboardX"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
+    with pytest.raises(ValueError, match=r"pip install 'poprun_py\[tensorboard\]'"):
+        MetricsLog(tmp_path, tensorboard="true")
+    MetricsLog(tmp_path, tensorboard="auto").close()  # auto: no library, no event files, no error
+    assert not list(tmp_path.glob("events.out.tfevents.*"))

@@ -31,7 +31,7 @@ TOPOLOGY = ["--config", "default", "--set", "model.name=efficientnet-tiny",
             "--set", "data.micro_batch=4", "--set", "data.grad_accum=2", "--set", "data.replicas=4",
             "--set", "data.augment=true", "--set", "data.mixup_alpha=0.2", "--set", "data.cutmix_lambda=0.85",
             "--set", "run.max_steps=20", "--set", "run.evaluate=false", "--set", "run.plots=false",
-            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "data.prefetch=0",
+            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "ipu.prefetch_depth=0",
             "--set", "schedule.warmup_epochs=0", "--set", "schedule.warmup_steps=5"]
 
 # 39 updates an epoch: the 50-update runs cross an epoch end (evaluation, checkpoint, EMA).
@@ -155,6 +155,19 @@ def test_device_iterations_train_bitwise_like_one_update_per_host_call(uninterru
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert evaluations(tmp_path) == evaluations(uninterrupted)
+
+
+def test_the_summary_says_where_the_update_time_went(uninterrupted):
+    summary = json.loads((uninterrupted / "summary.json").read_text())
+    phases = ("input_wait", "normalise", "model", "gradient_sum", "all_reduce", "optimizer", "precision_emulation",
+              "metrics", "other")
+    shares = [summary[f"share_{p}"] for p in phases]
+    assert all(0.0 <= s <= 1.0 for s in shares) and sum(shares) == pytest.approx(1.0)
+    assert summary["share_model"] > 0.0 and summary["share_precision_emulation"] == 0.0
+    assert summary["outside_model_share"] == pytest.approx(1.0 - summary["share_model"])
+    assert summary["input_wait_share"] == summary["share_input_wait"] and summary["update_s"] > 0.0
+    steps = [json.loads(x) for x in (uninterrupted / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["input_wait_s"] >= 0.0 for r in steps if r["event"] == "step")
 
 
 def test_sigusr1_stops_with_a_checkpoint_and_the_run_resumes_bitwise(uninterrupted, tmp_path):

@@ -83,5 +83,6 @@ def test_float32_matches_float64(channels):
 def test_pointwise_path_is_one_gemm_and_depthwise_path_is_chosen():
     assert Conv2d("c", "b", 8, 16, 1).path == "pointwise"
     assert Conv2d("c", "b", 8, 8, 3, groups=8).path == "depthwise"
-    assert Conv2d("c", "b", 32, 32, 3, groups=2).path == "im2col"
+    assert Conv2d("c", "b", 32, 32, 3, groups=2).path == "direct"
+    assert Conv2d("c", "b", 32, 32, 3).path == "im2col"
     assert Conv2d("c", "b", 8, 16, 1, stride=2).path == "im2col"

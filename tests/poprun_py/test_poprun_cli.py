@@ -67,3 +67,11 @@ def test_dry_run_prints_command_and_environments(capsys):
     assert plan["command"][-3:] == ["python", "-c", "pass"]
     assert [i["env"]["POPDIST_REPLICA_INDEX_OFFSET"] for i in plan["instances"]] == ["0", "2"]
     assert os.path.basename(plan["command"][0]) in ("mpiexec", "mpirun")
+
+
+def test_help_states_computed_defaults_as_rules_not_none():
+    from poprun_py.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "(default: None)" not in text
+    assert "default the smallest that fits" in text and "(default: 10.0)" in text  # a fixed default still shows

@@ -10,6 +10,8 @@ import signal
 import sys
 
 import pytest
+
+from poprun_py.oom import oom_kill_count
 from launcher_helpers import ROOT, assert_no_leftovers, launcher_env, poprun, start_poprun, write_script
 
 TOUCH = """
@@ -83,7 +85,9 @@ def test_exception_brings_the_job_down_with_root_cause(tmp_path):
 
 @pytest.mark.parametrize("body,code,text", [
     ("import sys; sys.exit(3)", 3, "exit code 3"),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9, "killed: likely out of memory"),
+    # a SIGKILL the program sent itself is not an out-of-memory kill (unknown where no cgroup counter is readable)
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9,
+     "not by the OOM killer" if oom_kill_count() is not None else "either the kernel's OOM killer or another"),
     ("import ctypes; ctypes.string_at(0)", 128 + 11, "segmentation fault"),
 ])
 def test_exit_codes_and_signals_are_reported(tmp_path, body, code, text):
@@ -166,9 +170,9 @@ c.allreduce(np.ones(2))
 
 def test_hang_timeout_names_the_stuck_instance(tmp_path):
     script = write_script(tmp_path / "hang.py", HANG)
-    res = poprun("--num-instances", "2", "--num-replicas", "2", "--hang-timeout", "2", "python", script)
+    res = poprun("--num-instances", "2", "--num-replicas", "2", "--hang-timeout", "6", "python", script)
     assert res.returncode == 124, res.stderr
-    assert "no progress for 2 s" in res.stderr
+    assert "no progress for 6 s" in res.stderr
     assert "instance 1 (host" in res.stderr and "stuck in a loop" in res.stderr
     assert "instance 0 (host" in res.stderr and "in allreduce #4" in res.stderr
     assert "likely culprit: instance(s) 1 never reached the collective that 0 wait in" in res.stderr

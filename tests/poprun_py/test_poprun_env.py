@@ -37,6 +37,7 @@ def test_round_trip(instances, replicas, ipus):
                 back.replica_index_offset, back.ipus_per_replica, back.local_instance_index, back.device_id) == (
             info.index, info.num_instances, info.num_total_replicas, info.num_local_replicas,
             info.replica_offset, info.ipus_per_replica, info.local_index, info.device_id)
+        assert back.placement == info  # the launcher's placement, field for field
 
 
 def test_outside_a_launcher_is_one_instance_one_replica():
@@ -89,3 +90,36 @@ def test_option_defaults():
     env = {"POPRUN_NUM_INSTANCES": "2", "POPRUN_LOG_DIR": "/x", "OTHER": "1"}
     assert option_defaults(env, ["num_instances", "log_dir", "hang_timeout"]) == {"num_instances": "2", "log_dir": "/x"}
     assert envc.OPTION_PREFIX == "POPRUN_"
+
+
+def test_the_agents_spec_carries_the_launchers_placement_unchanged():
+    from poprun_py.agent import AgentSpec
+
+    config = validate_config(program=("x",), num_instances=4, num_replicas=8, ipus_per_replica=2, hosts=("a", "b"))
+    spec = AgentSpec(config, "run", tuple(assign_instances(config)), restart_count=1, log_dir="/l")
+    back = AgentSpec.from_json(spec.to_json())
+    assert back == spec
+    assert [(i.host, i.replica_offset, i.device_id) for i in back.instances] == [
+        ("a", 0, 24), ("a", 2, 25), ("b", 4, 26), ("b", 6, 27)]
+
+
+def test_the_oom_kill_counter_is_read_from_the_processs_memory_cgroup(tmp_path):
+    from poprun_py.errors import exit_hint
+    from poprun_py.oom import oom_kill_count, was_oom_kill
+
+    v1 = tmp_path / "memory" / "job" / "memory.oom_control"
+    v1.parent.mkdir(parents=True)
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/job\n0::/\n")
+    assert oom_kill_count(proc, tmp_path) == 3
+    v2 = tmp_path / "slice" / "memory.events"
+    v2.parent.mkdir()
+    v2.write_text("low 0\nhigh 0\nmax 2\noom 2\noom_kill 1\n")
+    proc.write_text("0::/slice\n")
+    assert oom_kill_count(proc, tmp_path) == 1
+    assert oom_kill_count(tmp_path / "missing", tmp_path) is None
+    assert [was_oom_kill(1, 2), was_oom_kill(1, 1), was_oom_kill(None, 1)] == [True, False, None]
+    assert exit_hint(None, 9, True).startswith("killed: out of memory")
+    assert "not by the OOM killer" in exit_hint(137, None, False)
+    assert "check `dmesg`" in exit_hint(None, 9, None)

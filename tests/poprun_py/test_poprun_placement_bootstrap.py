@@ -1,4 +1,5 @@
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,18 @@ def test_wrap_python_versioned_name():
     name = f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert wrap_python([name, "a.py"], python=PY)[:3] == [PY, "-m", "poprun_py.bootstrap"]
     assert wrap_python(["python3.2", "a.py"], python=PY) == ["python3.2", "a.py"]
+
+
+def test_a_console_script_of_this_environment_runs_under_the_bootstrap(tmp_path):
+    import sys
+
+    from poprun_py.bootstrap import console_script
+
+    script = tmp_path / "poprun-train"
+    script.write_text(f"#!{tmp_path / 'python3'}\nimport sys\n")
+    other = tmp_path / "tool"
+    other.write_text("#!/bin/sh\necho hi\n")
+    python = str(tmp_path / "python3")
+    assert wrap_python(["poprun-train", "--x"], python=python) == [python, "-m", "poprun_py.bootstrap", str(script), "--x"]
+    assert console_script("tool", python) is None and wrap_python(["tool"], python=python) == ["tool"]
+    assert console_script("poprun-train", sys.executable) in (None, str(Path(sys.executable).parent / "poprun-train"))

@@ -1,0 +1,285 @@
+"""Run a batch-size / optimizer study: ``python -m launch.study NAME [--quick] [--out DIR]``.
+
+    python -m launch.study sgd-vs-adam                       # the grid of launch/studies.yml
+    python -m launch.study sgd-vs-adam --quick               # a tiny grid, a few updates (the tests)
+    python -m poprun_py --num-instances 2 --num-replicas 2 python -m launch.study sgd-vs-adam
+    python -m launch.study sgd-vs-adam --report              # tables and pictures from the rows so far
+    python -m launch.study sgd-vs-adam lars-large-batch --docs docs/studies.md
+
+Every point of the grid is a real training run (``launch.study_point``) written as one JSON row
+to ``DIR/results.jsonl`` (default ``runs/studies/NAME``). Points already there are skipped, so a
+killed study continues where it stopped (a killed point resumes from its last epoch); a point
+that fails is recorded with its error and the study goes on (``--retry-failed`` runs those again).
+At the end: the trajectories picture and ``DIR/results.md`` with the pictures (``launch.study_report``).
+Under ``poprun_py`` every instance runs the same points; instance 0 decides and writes.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in launch.train: shared cores, no spinning
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import poprun_py as popdist
+from launch import study_meta, study_report
+from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
+                               make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
+from launch.study_meta import RESULTS, read_rows
+from launch.study_point import run_point
+from launch.study_surface import make_trajectories
+from launch.trajectory import SNAPSHOTS_FILE
+
+logger = logging.getLogger("launch.study")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m launch.study", description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/studies.yml")
+    p.add_argument("--studies", default=str(STUDIES_FILE), metavar="FILE.yml",
+                   help="the study definitions (default launch/studies.yml)")
+    p.add_argument("--quick", action="store_true", help="the study's quick variant: a tiny grid, a few updates")
+    p.add_argument("--out", default=None, help="results folder (default runs/studies/NAME[-quick]); one study only")
+    p.add_argument("--report", action="store_true", help="only write results.md and the pictures from the rows")
+    p.add_argument("--docs", default=None, metavar="FILE.md", help="write a document over the named studies' "
+                   "results (pictures copied next to it); trains nothing")
+    p.add_argument("--seeds", default=None, metavar="S,S,...",
+                   help="train only these of the study's seeds (e.g. 0: the first seed of every group first, "
+                   "the others in a later run that skips what is done)")
+    p.add_argument("--retry-failed", action="store_true", help="train the points recorded as failed again")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    dist = popdist.init()
+    _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
+    if args.out and len(args.names) > 1 and not args.docs:
+        logger.error("--out names one folder: give one study name with it (got %s)", ", ".join(args.names))
+        return 2
+    try:
+        studies = [load_study(n, args.quick, Path(args.studies)) for n in args.names]
+        folders = [Path(args.out) if args.out and not args.docs else default_out(s) for s in studies]
+        if args.docs:
+            if dist.instance_index == 0:
+                print(study_report.write_docs(studies, folders, Path(args.docs), _command_line(argv)))
+            return 0
+        for study, out in zip(studies, folders):
+            if dist.is_set:
+                study = with_replicas(study, dist.num_total_replicas)
+            if args.seeds:
+                study = only_seeds(study, args.seeds)
+            if args.report:
+                if dist.instance_index == 0:
+                    print(study_report.write_report(study, out, read_rows(out)))
+                continue
+            run_study(study, out, popdist.get_comm(), dist, args.retry_failed, _command_line(argv))
+        return 0
+    except ValueError as err:  # bad study file, names or values: the message says what to fix
+        logger.error("%s", err)
+        return 2
+
+
+def only_seeds(study: Study, text: str) -> Study:
+    """The study restricted to the seeds in ``text`` (its first seed stays first: the sweeps use it)."""
+    try:
+        wanted = {int(s) for s in text.split(",") if s.strip()}
+    except ValueError:
+        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 0,1") from None
+    unknown = sorted(wanted - set(study.seeds))
+    if unknown or not wanted:
+        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has seeds {list(study.seeds)}")
+    if study.seeds[0] not in wanted:
+        raise ValueError(f"--seeds {text!r} must include the first seed {study.seeds[0]}: the sweeps train with it")
+    return replace(study, seeds=tuple(s for s in study.seeds if s in wanted))
+
+
+def default_out(study: Study) -> Path:
+    return Path("runs", "studies", study.name + ("-quick" if study.quick else ""))
+
+
+def _command_line(argv: Sequence[str] | None) -> str:
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python -m launch.study", *args])
+
+
+def _setup_logging(verbose: int, index: int, count: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if (verbose or index == 0) else logging.WARNING
+    logging.basicConfig(level=level, format=f"[{index}/{count}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    if not verbose:  # one line per epoch from the runs; the memory report and checkpoint lines only with -v
+        for name in ("launch.build", "launch.compile", "launch.checkpoint", "ipu", "data"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# -- rows shared between instances -------------------------------------------------------
+def share(comm, value, lead: bool):
+    """Instance 0's JSON-able ``value`` on every instance (a broadcast of its UTF-8 bytes)."""
+    data = json.dumps(value).encode() if lead else b""
+    size = comm.broadcast(np.array([len(data)], np.int64), root=0)
+    buf = np.frombuffer(data, np.uint8).copy() if lead else np.zeros(int(size[0]), np.uint8)
+    return json.loads(comm.broadcast(buf, root=0).tobytes().decode())
+
+
+# -- the study --------------------------------------------------------------------------------
+class StudyRun:
+    """The state of one study run: the rows so far, the chosen rates, progress and the time left."""
+
+    def __init__(self, study: Study, out: Path, comm, dist, retry_failed: bool) -> None:
+        self.study, self.out, self.comm, self.dist = study, out, comm, dist
+        self.lead = dist.instance_index == 0
+        self.retry_failed = retry_failed
+        self.rows: dict[str, dict] = {r["id"]: r for r in share(comm, read_rows(out) if self.lead else None, self.lead)}
+        self.total = count_points(study)
+        self.chosen: dict[str, float | None] = {}
+        self.data_path = share(comm, study_meta.resolve_data(study) if self.lead else None, self.lead)
+
+    def run(self) -> None:
+        for group in groups(self.study):
+            self.run_group(group)
+
+    def run_group(self, group: Group) -> None:
+        study, rule = self.study, group.arm.lr
+        base_lr, base_batch, source = scaling_source(study, group, self.chosen)
+        if source and base_lr is None:
+            for seed in study.seeds:
+                self.skip(make_point(study, group, rule.base_lr, seed, "seeds"),
+                          f"{source} has no chosen rate to scale from")
+            self.chosen[group.key] = None
+            return
+        candidates = sweep_candidates(study, group, base_lr, base_batch)
+        seeds = study.seeds
+        if rule.factors:
+            swept = [self.execute(make_point(study, group, lr, seeds[0], "sweep")) for lr in candidates]
+            pick = choose_lr(swept)
+            self.chosen[group.key] = pick[0] if pick else None
+            self.keep_chosen_snapshots(swept, pick[0] if pick else None)
+            if pick is None:
+                for seed in seeds[1:]:
+                    self.skip(make_point(study, group, candidates[0], seed, "seeds"), "every sweep candidate failed")
+                return
+            logger.info("%s: learning rate %.4g chosen from %s%s.", group.key, pick[0], candidates,
+                        " (at an end of the candidates)" if pick[1] else "")
+            lr, seeds = pick[0], seeds[1:]
+        else:
+            lr = self.chosen[group.key] = candidates[0]
+        for seed in seeds:
+            self.execute(make_point(study, group, lr, seed, "seeds"))
+
+    def execute(self, point: Point) -> dict:
+        row = self.rows.get(point.id)
+        if row is not None and not (self.retry_failed and row.get("status") == "failed"):
+            return row
+        run_dir = self.out / "points" / point.id
+        logger.info("Point %d/%d %s: %s at batch %d (micro %d x accumulation %d x %d replicas), lr %.4g, seed %d; "
+                    "%d left after it, %s.", self.done() + 1, self.total, point.phase, point.group.arm.name,
+                    point.group.batch, point.micro_batch, point.grad_accum, point.replicas, point.lr, point.seed,
+                    self.total - self.done() - 1, _duration(self.eta_s(point)))
+        row = run_point(self.study, point, self.data_path, run_dir, self.comm, self.dist, self.snapshots_for(point))
+        row["load1"] = os.getloadavg()[0]
+        return self.record(row)
+
+    def skip(self, point: Point, why: str) -> None:
+        if point.id not in self.rows:
+            self.record({"id": point.id, "study": self.study.name, "variant": point.group.variant.label,
+                         "arm": point.group.arm.name, "batch": point.group.batch, "seed": point.seed, "lr": point.lr,
+                         "phase": point.phase, "status": "failed", "error": f"not run: {why}"})
+
+    def record(self, row: dict) -> dict:
+        row = share(self.comm, row, self.lead)
+        self.rows[row["id"]] = row
+        if self.lead:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / RESULTS, "a+b") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                    f.write(b"\n")  # a line torn by a kill stays a torn line of its own
+                f.write(json.dumps(row).encode() + b"\n")
+            if row["status"] == "ok":
+                logger.info("  -> final validation accuracy %.4f, loss %.4f; %d updates; %.0f CPU s.",
+                            row["final_val_accuracy"], row["final_val_loss"], row["updates"], row["cpu_s"])
+            else:
+                logger.info("  -> failed: %s", row.get("error"))
+        return row
+
+    def done(self) -> int:
+        return sum(1 for g in groups(self.study) for _ in self.rows_of(g))
+
+    def rows_of(self, group: Group) -> list[dict]:
+        return [r for r in self.rows.values() if r["id"].startswith(group.key + "/")]
+
+    def eta_s(self, current: Point) -> float:
+        """Seconds left including ``current``: each remaining run costs the mean wall time of the finished
+        runs of its group, else of its batch size in its variant, else of its batch size, else of all."""
+        finished = [r for r in self.rows.values() if r.get("status") == "ok" and r.get("wall_s")]
+        if not finished:
+            return float("nan")
+
+        def estimate(g: Group) -> float:
+            for match in (lambda r: r["id"].startswith(g.key + "/"),
+                          lambda r: r["batch"] == g.batch and r["variant"] == g.variant.label,
+                          lambda r: r["batch"] == g.batch, lambda r: True):
+                walls = [r["wall_s"] for r in finished if match(r)]
+                if walls:
+                    return float(np.mean(walls))
+            return 0.0
+
+        return sum(estimate(g) * max(points_in_group(self.study, g) - len(self.rows_of(g)), 0)
+                   for g in groups(self.study))
+
+    # -- trajectories ---------------------------------------------------------------------
+    def snapshots_for(self, point: Point) -> int:
+        spec = self.study.trajectory
+        if spec is None or point.group.arm.name != spec.arm or point.seed != spec.seed:
+            return 0
+        return spec.snapshots if point.group.variant == self.study.variants[0] else 0
+
+    def keep_chosen_snapshots(self, swept: list[dict], lr: float | None) -> None:
+        """Only the chosen candidate's weight snapshots are kept (they are the big files)."""
+        if not self.lead:
+            return
+        for row in swept:
+            path = Path(row.get("run_dir", "")) / SNAPSHOTS_FILE
+            if row["lr"] != lr and path.exists():
+                path.unlink()
+
+
+def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, command: str = "") -> Path | None:
+    """Train every missing point of ``study`` into ``out``, then the trajectories and the report."""
+    lead = dist.instance_index == 0
+    started = time.time()
+    meta = study_meta.start_meta(study, out, command) if lead else None
+    state = StudyRun(study, out, comm, dist, retry_failed)
+    logger.info("Study %s: %d points (%d already recorded) in %s; data %s.", study.name, state.total, state.done(),
+                out, state.data_path)
+    state.run()
+    if study.trajectory is not None:
+        make_trajectories(study, out, list(state.rows.values()), state.chosen, comm, dist,
+                                       state.data_path)
+    if not lead:
+        return None
+    study_meta.finish_meta(out, meta, started)
+    path = study_report.write_report(study, out, list(state.rows.values()))
+    logger.info("Study %s done: %s", study.name, path)
+    return path
+
+
+def _duration(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "no estimate of the time left until a run finishes"
+    return f"about {seconds / 60:.0f} min left" if seconds >= 90 else f"about {seconds:.0f} s left"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""One point of a study: a real training run through ``launch.train``, summarised as one result row.
+
+The run is ``launch.build.build_training`` + ``launch.train.run`` on the point's configuration,
+with its own ``run_dir`` (``metrics.jsonl``, checkpoints at every epoch end, so a killed point
+resumes from its last epoch). The row holds the configuration, the validation curve, final and
+best accuracy and loss, updates and epochs to the target accuracy, CPU seconds, and the time the
+IPU cost model predicts for the same global batch on the study's POD. Failures become rows too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import shutil
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from launch import checkpoint as ckpt
+from launch import train as train_cmd
+from launch.build import build_training
+from launch.config import TrainConfig, distribute, load_config, placement
+from launch.report import predicted_pod_images_per_s
+from launch.study_grid import Point, Study, point_overrides, pod_split
+from launch.trajectory import save_snapshots, snapshot_every
+
+logger = logging.getLogger(__name__)
+
+
+def point_config(study: Study, point: Point, data_path: str, run_dir: Path, dist, snapshots: int = 0) -> TrainConfig:
+    cfg = distribute(load_config(study.base, point_overrides(study, point, data_path, str(run_dir))), dist)
+    if snapshots:  # a checkpoint every few updates is the weight snapshot; keep them all
+        cfg = replace(cfg, run=replace(cfg.run, keep_checkpoints=10**6))
+    return cfg
+
+
+def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, dist, snapshots: int = 0) -> dict:
+    """Train the point (resuming a killed attempt) and return its row; errors are caught into the row."""
+    row = _base_row(study, point, run_dir)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        cfg = point_config(study, point, data_path, run_dir, dist, snapshots)
+        t = build_training(cfg, comm, placement(cfg, dist))
+        if snapshots:
+            every = snapshot_every(t.total_steps, snapshots)
+            t.cfg = cfg = replace(cfg, run=replace(cfg.run, checkpoint_every=every))
+        resumed = train_cmd._resume(t, comm, "auto")
+        row["resumed_from_update"] = t.engine.step if resumed else 0
+        initial = _flat_weights(t) if snapshots and not resumed else None
+        with _output_to(run_dir / "train.log", dist.instance_index == 0):
+            code = train_cmd.run(t, resumed)
+        if code:
+            raise RuntimeError(f"launch.train.run exited with {code}")
+        cpu = float(comm.allreduce(np.array([time.process_time() - cpu0]), op="sum")[0])
+        if dist.instance_index == 0:
+            row.update(summarise(study, cfg, t, cpu, time.perf_counter() - wall0))
+            if snapshots:
+                save_snapshots(run_dir, initial, _checkpoint_weights(run_dir))
+        _drop_checkpoints(run_dir, dist.instance_index == 0)
+    except Exception as err:  # noqa: BLE001 - a failing point is recorded, the study goes on
+        logger.warning("Point %s failed: %s: %s", point.id, type(err).__name__, err)
+        logger.debug("Traceback:", exc_info=True)
+        row.update(status="failed", error=f"{type(err).__name__}: {err}",
+                   traceback=traceback.format_exc(limit=6)[-2000:], cpu_s=time.process_time() - cpu0,
+                   wall_s=time.perf_counter() - wall0)
+    return row
+
+
+def _base_row(study: Study, point: Point, run_dir: Path) -> dict[str, Any]:
+    g = point.group
+    return {"id": point.id, "study": study.name, "quick": study.quick, "variant": g.variant.label, "arm": g.arm.name,
+            "batch": g.batch, "seed": point.seed, "lr": point.lr, "lr_mode": g.arm.lr.mode, "phase": point.phase,
+            "micro_batch": point.micro_batch, "grad_accum": point.grad_accum, "replicas": point.replicas,
+            "run_dir": str(run_dir), "status": "ok", "target_accuracy": study.target_accuracy}
+
+
+def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float) -> dict[str, Any]:
+    """The row's numbers from the run's ``metrics.jsonl`` and the cost model."""
+    records = [json.loads(x) for x in Path(cfg.run.run_dir, "metrics.jsonl").read_text().splitlines() if x.strip()]
+    curve = epoch_curve(records)
+    if not curve:
+        raise RuntimeError(f"{cfg.run.run_dir}/metrics.jsonl has no evaluation: the run ended before an epoch did")
+    for c in curve:
+        c["epochs_done"] = c["step"] / t.loader.steps_per_epoch
+    final, best = curve[-1], max(curve, key=lambda c: c["val_accuracy"])
+    info = t.train_set.info
+    pod = pod_step_seconds(cfg, info, study.pod)
+    row: dict[str, Any] = {
+        "epochs": cfg.run.epochs, "updates": t.engine.step, "updates_per_epoch": t.loader.steps_per_epoch,
+        "train_images": info.num_samples, "final_val_accuracy": final["val_accuracy"],
+        "final_val_loss": final["val_loss"], "best_val_accuracy": best["val_accuracy"],
+        "best_val_loss": min(c["val_loss"] for c in curve), "cpu_s": cpu_s, "wall_s": wall_s, "curve": curve,
+        "instances": t.placement.num_instances, "config": cfg.to_dict(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if pod is not None:
+        step_s, pod_replicas, pod_micro, pod_accum = pod
+        row.update(pod=study.pod, pod_replicas=pod_replicas, pod_micro_batch=pod_micro, pod_grad_accum=pod_accum,
+                   pod_step_s=step_s, pod_s_total=step_s * t.engine.step)
+    row.update(to_target(row, study.target_accuracy))
+    return row
+
+
+def to_target(row: dict, target: float) -> dict[str, Any]:
+    """Updates, epochs, CPU seconds (pro rata by updates) and predicted POD seconds until the first
+    evaluation at or above ``target``; None where the run never reached it."""
+    hit = next((c for c in row.get("curve", []) if c["val_accuracy"] >= target), None)
+    step = hit["step"] if hit else None
+    return {"target_accuracy": target, "updates_to_target": step,
+            "epochs_to_target": round(hit.get("epochs_done", hit["epoch"]), 4) if hit else None,
+            "cpu_s_to_target": row["cpu_s"] * step / row["updates"] if hit else None,
+            "pod_s_to_target": row["pod_step_s"] * step if hit and row.get("pod_step_s") else None}
+
+
+def epoch_curve(records: list[dict]) -> list[dict[str, float]]:
+    """One entry per evaluation: epochs done, updates done, validation loss and accuracy, and the
+    mean training loss over that epoch's updates."""
+    losses: dict[int, list[float]] = {}
+    for r in records:
+        if r.get("event") == "step":
+            losses.setdefault(int(r["epoch"]), []).append(float(r["loss"]))
+    return [{"epoch": int(r["epoch"]) + 1, "step": int(r["step"]), "val_loss": float(r["val_loss"]),
+             "val_accuracy": float(r["val_accuracy"]),
+             "train_loss": float(np.mean(losses[int(r["epoch"])])) if losses.get(int(r["epoch"])) else math.nan}
+            for r in records if r.get("event") == "eval"]
+
+
+def pod_step_seconds(cfg: TrainConfig, info, pod: str) -> tuple[float, int, int, int] | None:
+    """Seconds per weight update of this global batch on ``pod``, as the cost model predicts it
+    (``launch.report.predicted_pod_images_per_s``, which calls ``ipu.cost.predict``): the batch
+    spread over as many replicas as the POD holds, micro-batches no larger than the run's."""
+    from ipu.specs import PODS
+
+    if pod not in PODS:
+        raise ValueError(f"study pod {pod!r} is not one of {', '.join(PODS)}")
+    replicas, micro, accum = pod_split(cfg.global_batch, PODS[pod].num_ipus, cfg.ipu.ipus_per_replica,
+                                       cfg.data.micro_batch)
+    # list-valued model options (dense hidden sizes) as tuples: the plan's profile is cached by them
+    options = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.model.options)
+    on_pod = replace(cfg, data=replace(cfg.data, replicas=replicas, micro_batch=micro, grad_accum=accum),
+                     ipu=replace(cfg.ipu, system=pod), model=replace(cfg.model, options=options))
+    predicted = predicted_pod_images_per_s(on_pod, info.image_shape, info.num_classes, info.num_samples)
+    if predicted is None:
+        return None
+    return cfg.global_batch / predicted[0], replicas, micro, accum
+
+
+def _flat_weights(t) -> np.ndarray:
+    return np.concatenate([p.data.ravel() for p in sorted(t.engine.params, key=lambda p: p.name)]).astype(np.float32)
+
+
+def _checkpoint_weights(run_dir: Path) -> list[tuple[int, np.ndarray]]:
+    """(update, flat weights) of every checkpoint, in update order (parameters sorted by name)."""
+    out = []
+    for path in sorted(ckpt.checkpoint_dir(run_dir).glob("ckpt-*.h5")):
+        arrays, meta = ckpt.load_checkpoint(path)
+        weights = ckpt.split_prefix(arrays, "model")
+        out.append((int(meta["engine_step"]), np.concatenate([weights[k].ravel() for k in sorted(weights)])))
+    return out
+
+
+def _drop_checkpoints(run_dir: Path, lead: bool) -> None:
+    if lead:
+        shutil.rmtree(ckpt.checkpoint_dir(run_dir), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _output_to(path: Path, lead: bool):
+    """The run's printed summary goes to its ``train.log``, not the study's console."""
+    if not lead:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f, contextlib.redirect_stdout(f):
+        yield

@@ -1,0 +1,162 @@
+"""``python -m launch.study`` end to end on the quick variants: every file and picture is made, the
+tables hold the runs' numbers, finished points are skipped, a killed study continues, a failing point
+is recorded, and a study under ``poprun_py`` (2 instances) gives the single-process numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launch.study import main
+from launch.study_grid import count_points, load_study
+from launch.study_meta import RESULTS, read_rows
+from launch.trajectory import load_surface
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread(monkeypatch):
+    # numba's thread count is fixed when models/ is imported (at collection): leave NUMBA_NUM_THREADS be
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "1")
+
+
+@pytest.fixture(scope="module")
+def quick1(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study") / "q1"
+    assert main(["sgd-vs-adam", "--quick", "--out", str(out)]) == 0
+    return out
+
+
+def _line(md: str, start: str) -> str:
+    found = [x for x in md.splitlines() if x.startswith(start)]
+    assert len(found) == 1, f"{start!r}: {found}"
+    return found[0]
+
+
+def test_quick_study_makes_every_file(quick1):
+    study = load_study("sgd-vs-adam", quick=True)
+    rows = read_rows(quick1)
+    assert len(rows) == count_points(study) and all(r["status"] == "ok" for r in rows)
+    for name in ("results.md", "meta.json", "curves-base.png", "final_accuracy.png", "time_to_target.png",
+                 "trajectories.png", "trajectories.npz"):
+        assert (quick1 / name).stat().st_size > 0, name
+    for png in quick1.glob("*.png"):
+        assert png.read_bytes()[:8] == PNG
+    surface = load_surface(quick1 / "trajectories.npz")
+    assert len(surface["paths"]) == len(study.arm("sgd").batches)
+    assert surface["losses"].shape == (4, 4) and np.isfinite(surface["losses"]).all()
+    assert all(len(p) >= 3 for p in surface["paths"])  # the start and the recorded updates
+    row = rows[0]
+    assert row["curve"][-1]["val_accuracy"] == row["final_val_accuracy"]
+    assert row["pod"] == "POD16" and row["pod_step_s"] > 0 and row["cpu_s"] > 0
+
+
+def test_tables_hold_the_runs_numbers(quick1):
+    study = load_study("sgd-vs-adam", quick=True)
+    rows = read_rows(quick1)
+    md = (quick1 / "results.md").read_text()
+    for arm in study.arms:
+        for batch in arm.batches:
+            mine = [r for r in rows if r["arm"] == arm.name and r["batch"] == batch]
+            chosen = next(r["lr"] for r in mine if r["phase"] == "seeds")
+            acc = [r["final_val_accuracy"] for r in mine if r["lr"] == chosen]
+            assert len(acc) == len(study.seeds)
+            line = _line(md, f"| {arm.label} | {batch} |")
+            assert f"{100 * np.mean(acc):.2f} ± {100 * np.std(acc, ddof=1):.2f}" in line
+            assert f"| {chosen:.4g} (sweep" in line
+            sweep = _line(md, f"| base | {arm.label} | {batch} |")
+            for r in mine:
+                if r["phase"] == "sweep":
+                    assert f"{r['lr']:.4g}: {100 * r['final_val_accuracy']:.2f}" in sweep
+    for r in rows:
+        assert f"| {100 * r['final_val_accuracy']:.2f} |" in _line(md, f"| {r['id']} |")
+    adam8 = [r["final_val_accuracy"] for r in rows if r["arm"] == "adam" and r["batch"] == 8 and r["phase"] == "seeds"]
+    assert adam8, "the reference arm's rows exist"
+
+
+def test_finished_points_are_skipped_and_a_killed_study_continues(quick1):
+    path = quick1 / RESULTS
+    lines = path.read_text().splitlines()
+    assert main(["sgd-vs-adam", "--quick", "--out", str(quick1)]) == 0
+    assert path.read_text().splitlines() == lines  # nothing trained again
+    before = {r["id"]: r for r in map(json.loads, lines)}
+    path.write_text("\n".join(lines[:-3]) + "\n" + lines[-3][:40])  # killed: 3 rows lost, one torn
+    assert main(["sgd-vs-adam", "--quick", "--out", str(quick1)]) == 0
+    after = {r["id"]: r for r in read_rows(quick1)}
+    assert after.keys() == before.keys()
+    for key, row in before.items():  # the runs are deterministic: rerun points give the same numbers
+        assert after[key]["final_val_accuracy"] == row["final_val_accuracy"]
+        assert after[key]["final_val_loss"] == pytest.approx(row["final_val_loss"], abs=1e-6)
+
+
+def _tiny_studies(tmp_path: Path, arms: dict, replicas: int = 2) -> Path:
+    import yaml
+
+    spec = {"t": {"base": "dense", "data": "fashion-mnist-subset", "seeds": [0], "target_accuracy": 0.1,
+                  "batches": [8], "replicas": replicas,
+                  "set": {"model.options": {"hidden": [8]}, "run.epochs": 0.01, "run.checksum_every": 0},
+                  "arms": arms}}
+    path = tmp_path / "studies.yml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_a_failing_point_is_recorded_and_the_study_goes_on(tmp_path):
+    studies = _tiny_studies(tmp_path, {"bad": {"set": {"optim.betas": [0.9]}, "lr": 0.1},
+                                       "good": {"set": {"optim.name": "sgd"}, "lr": 0.1}})
+    out = tmp_path / "out"
+    assert main(["t", "--studies", str(studies), "--out", str(out)]) == 0
+    rows = {r["arm"]: r for r in read_rows(out)}
+    assert rows["bad"]["status"] == "failed" and "optim.betas" in rows["bad"]["error"]
+    assert rows["good"]["status"] == "ok"
+    md = (out / "results.md").read_text()
+    assert "## Failed points" in md and "optim.betas" in md
+
+
+def test_large_batch_quick_scales_sgd_from_the_baseline_and_states_the_claim(tmp_path):
+    out = tmp_path / "q2"
+    assert main(["lars-large-batch", "--quick", "--out", str(out)]) == 0
+    rows = read_rows(out)
+    assert len(rows) == count_points(load_study("lars-large-batch", quick=True))
+    base = next(r for r in rows if r["arm"] == "baseline" and r["phase"] == "seeds" or
+                r["arm"] == "baseline" and r["lr"] == max(x["lr"] for x in rows if x["arm"] == "baseline"))
+    sweep = [r for r in rows if r["arm"] == "baseline"]
+    best = max((r for r in sweep if r["status"] == "ok"), key=lambda r: (r["final_val_accuracy"], -r["final_val_loss"]))
+    sgd = next(r for r in rows if r["arm"] == "sgd")
+    assert sgd["lr"] == pytest.approx(8 * best["lr"])  # linear scaling from batch 8 to 64
+    assert base is not None
+    md = (out / "results.md").read_text()
+    assert "Claim (LARS, 8B at batch 64 within 0.5 points of momentum SGD, B at batch 8" in md
+    assert (out / "curves-quick.png").exists() and (out / "time_to_target.png").exists()
+
+
+@pytest.mark.slow
+def test_study_under_the_launcher_matches_one_process(tmp_path):
+    studies = _tiny_studies(tmp_path, {"sgd": {"set": {"optim.name": "sgd"}, "lr": 0.1}})
+    alone, launched = tmp_path / "alone", tmp_path / "launched"
+    assert main(["t", "--studies", str(studies), "--out", str(alone)]) == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    env.update(PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "poprun_py", "--num-instances", "2", "--num-replicas", "2",
+                           sys.executable, "-m", "launch.study", "t", "--studies", str(studies), "--out",
+                           str(launched)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    a, b = read_rows(alone)[0], read_rows(launched)[0]
+    assert b["status"] == "ok" and b["instances"] == 2
+    assert b["final_val_accuracy"] == a["final_val_accuracy"]
+    assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], abs=1e-6)
+
+
+def test_seeds_option_restricts_and_names_the_fix(tmp_path):
+    assert main(["sgd-vs-adam", "--quick", "--seeds", "1", "--out", str(tmp_path)]) == 2  # the sweeps need seed 0
+    assert main(["sgd-vs-adam", "--quick", "--seeds", "0,7", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / RESULTS).exists()

@@ -1,0 +1,109 @@
+"""The study grid's pure parts: batch splits, POD splits, learning-rate rules and sweeps, spec errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from launch.study_grid import (choose_lr, count_points, groups, load_study, make_point, pod_split, scaled_lr,
+                               split_batch, study_from_dict, sweep_candidates, variants_of)
+from launch.trajectory import grid_axes, pca_plane, snapshot_every
+
+
+def test_split_batch_exact():
+    assert split_batch(8, 2, 128) == (4, 1)
+    assert split_batch(2048, 2, 128) == (128, 8)
+    assert split_batch(256, 2, 16) == (16, 8)
+    assert split_batch(96, 4, 16) == (12, 2)  # largest divisor of 24 up to 16
+    assert split_batch(7, 1, 4) == (1, 7)
+
+
+def test_split_batch_refuses_uneven():
+    with pytest.raises(ValueError, match="multiple of the replicas"):
+        split_batch(10, 4, 8)
+
+
+def test_pod_split_exact():
+    assert pod_split(8, 16, 1, 128) == (8, 1, 1)
+    assert pod_split(2048, 16, 1, 128) == (16, 128, 1)
+    assert pod_split(2048, 16, 1, 16) == (16, 16, 8)
+    assert pod_split(32, 16, 2, 16) == (8, 4, 1)  # 2 IPUs per replica: 8 replicas on 16 IPUs
+    assert pod_split(12, 16, 1, 16) == (4, 3, 1)  # replicas a power of two that divides the batch
+
+
+def test_scaled_lr():
+    assert scaled_lr("fixed", 0.1, 32, 2048) == 0.1
+    assert scaled_lr("linear", 0.05, 32, 256) == pytest.approx(0.4)
+    assert scaled_lr("sqrt", 0.1, 32, 8) == pytest.approx(0.05)
+
+
+def _study(**over):
+    raw = {"base": "dense", "seeds": [0, 1, 2], "target_accuracy": 0.8, "batches": [8, 32], "replicas": 2,
+           "arms": {"sgd": {"lr": {"rule": "sqrt", "base_lr": 0.1, "base_batch": 32, "factors": [0.25, 1, 4]}},
+                    "big": {"batches": [256], "lr": {"rule": "linear", "from_arm": "sgd", "base_batch": 32}}}}
+    raw.update(over)
+    return study_from_dict("t", raw)
+
+
+def test_sweep_candidates_and_counts():
+    study = _study()
+    g8, g32, g256 = groups(study)
+    assert sweep_candidates(study, g8) == [0.0125, 0.05, 0.2]
+    assert sweep_candidates(study, g32) == [0.025, 0.1, 0.4]
+    assert sweep_candidates(study, g256, base_lr=0.1, base_batch=32) == [0.8]
+    assert count_points(study) == 2 * (3 + 2) + 3
+    p = make_point(study, g8, 0.05, 1, "seeds")
+    assert (p.micro_batch, p.grad_accum, p.replicas) == (4, 1, 2)
+    assert p.id == "base/sgd/b8/lr0.05/s1"
+
+
+def test_choose_lr_best_accuracy_and_edge():
+    rows = [{"lr": 0.1, "status": "ok", "final_val_accuracy": 0.8, "final_val_loss": 0.5},
+            {"lr": 0.3, "status": "ok", "final_val_accuracy": 0.85, "final_val_loss": 0.4},
+            {"lr": 1.0, "status": "failed"}]
+    assert choose_lr(rows) == (0.3, False)
+    assert choose_lr(rows[:2]) == (0.3, True)
+    assert choose_lr(rows[2:]) is None
+
+
+def test_variants_are_the_product_of_axes():
+    vs = variants_of({"run.epochs": [2, 4], "w": [{"label": "short", "set": {"schedule.warmup_epochs": 0.1}}]}, "x")
+    assert [v.label for v in vs] == ["run.epochs=2, short", "run.epochs=4, short"]
+    assert vs[1].overrides == ("run.epochs=4", "schedule.warmup_epochs=0.1")
+
+
+def test_spec_errors_name_the_key():
+    with pytest.raises(ValueError, match="unknown key 'sedes'"):
+        _study(sedes=[0])
+    with pytest.raises(ValueError, match="from_arm='nope'"):
+        _study(arms={"a": {"lr": {"rule": "linear", "from_arm": "nope", "base_batch": 8}}})
+    with pytest.raises(ValueError, match="needs base_batch"):
+        _study(arms={"a": {"lr": {"rule": "sqrt", "base_lr": 0.1}}})
+    with pytest.raises(ValueError, match="no study 'nope'"):
+        load_study("nope")
+
+
+def test_shipped_studies_load():
+    assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (5 + 2)
+    study = load_study("lars-large-batch")
+    assert [a.batches for a in study.arms] == [(32,), (256,), (256,), (256,)]
+    assert len(study.variants) == 3
+    assert load_study("lars-large-batch", quick=True).seeds == (0,)
+
+
+def test_pca_plane_recovers_a_planar_path():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    u, v = rng.normal(size=(2, 50))
+    t = np.linspace(0, 1, 12)[:, None]
+    path = 3 * t * u + np.sin(3 * t) * v + 5.0
+    plane = pca_plane([path[:6], path[6:]])
+    xy = plane.project(path)
+    back = plane.origin + xy @ plane.directions
+    assert np.allclose(back, path, atol=1e-8)  # a path in a plane is recovered exactly
+    assert math.isclose(sum(plane.explained), 1.0, rel_tol=1e-9)
+    xs, ys = grid_axes([xy], 5, 0.25)
+    assert xs[0] < xy[:, 0].min() and xs[-1] > xy[:, 0].max() and len(ys) == 5
+    assert snapshot_every(100, 24) == 4 and snapshot_every(5, 24) == 1
