@@ -4,14 +4,16 @@ resumes from that checkpoint and ends bitwise equal to an uninterrupted run.
 ``slurm_srun.sh`` as written (its ``#SBATCH --requeue --open-mode=append --signal=B:USR1@120``):
 ``scancel --batch --signal=USR1`` reaches srun, which passes SIGUSR1 to both tasks; the training
 agrees on the update to stop after, writes the checkpoint and exits 0. ``scontrol requeue`` puts the
-job back in the queue (Slurm holds a requeued job for two minutes; the test releases it at once
-with ``StartTime=now``), and the script's ``--resume auto`` continues the run.
+job back in the queue (Slurm holds a requeued job for two minutes; the test releases it with
+``StartTime=now`` once the first run's step daemons are gone), and the script's ``--resume auto``
+continues the run.
 """
 
 from __future__ import annotations
 
 import signal
 
+from slurm_cluster import leftover_processes
 from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, signal_pending,
                         step_tasks, submit, wait_until)
 
@@ -45,6 +47,10 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
     assert f"SIGUSR1: stopped after update {step} of 150" in out
     assert job_state(slurm, job)["JobState"] == "COMPLETED"
 
+    # Slurm holds a requeued job for 2 minutes, time for the last run's step daemons to go; the test
+    # waits for exactly that instead, then releases the job.
+    wait_until(lambda: not [p for p in leftover_processes(slurm.root) if p.name() == "slurmstepd"], 60,
+               "the first run's slurmstepd processes to exit")
     for command in (["requeue", str(job)], ["update", f"JobId={job}", "StartTime=now"]):
         done = slurm.run("scontrol", *command)
         assert done.returncode == 0, done.stderr
