@@ -246,7 +246,7 @@ def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int
              "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target "
              "is the run's CPU seconds pro rata by updates)."]
     if data:
-        lines.append(f"- Data: `{data['path']}`: {data['train_images']:,} training and {data['validation_images']:,} "
+        lines.append(f"- Data: `{_shown_path(data['path'])}`: {data['train_images']:,} training and {data['validation_images']:,} "
                      f"validation images {tuple(data['image_shape'])}, {data['classes']} classes.")
     lines.append(f"- CPU time: {cpu:,.0f} s ({cpu / 3600:.2f} h) over all runs (process CPU seconds, all threads).")
     for s in sessions:
@@ -306,3 +306,12 @@ def write_docs(studies: list[Study], folders: list[Path], path: Path, command: s
 
 
 __all__ = ["Summary", "report_markdown", "summarise", "write_docs", "write_report"]
+
+
+def _shown_path(path: str) -> str:
+    """A dataset path as the docs show it: relative to the repository when it lies inside it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
