@@ -151,7 +151,7 @@ class Conv2d(Layer):
         stride phases use smaller kernels)."""
         chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
         kh, kw = w5.shape[1], w5.shape[2]
-        scratch = self._buf(f"row_scratch_{kh}x{kw}", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw), *x5.shape[3:]))
+        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw), *x5.shape[3:]))
         D.conv(x5, w5, y5, sh, sw, pt, pl, scratch)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
@@ -159,8 +159,8 @@ class Conv2d(Layer):
         n, ho, wo = dy5.shape[:3]
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
-        part = self._buf("dw_part", (chunks, x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
-        scratch = self._buf("block_scratch", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
+        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
+        scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
                                               x5.shape[4]))
         D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
         return part.sum(axis=0)
@@ -183,7 +183,7 @@ class Conv2d(Layer):
             grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
         else:
             _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
-                            self._buf("dw_scratch", _gemm.scratch_shape(self.cout, self.cin)))
+                            self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
@@ -191,14 +191,14 @@ class Conv2d(Layer):
         return dx
 
     def _dw_weight(self) -> np.ndarray:
-        wt = self._buf("w_dw", (self.kh, self.kw, self.cout))
+        wt = self._temp("conv_weight", (self.kh, self.kw, self.cout))
         np.copyto(wt, self.weight.data[:, 0].transpose(1, 2, 0))
         return wt
 
     def _backward_depthwise(self, dy):
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
         chunks = max(1, min(_DW_CHUNKS, dy.shape[0] * dy.shape[1]))
-        part = self._buf("dw_part", (chunks, self.kh, self.kw, self.cout))
+        part = self._temp("conv_wgrad_part", (chunks, self.kh, self.kw, self.cout))
         K.dw_backward_weight(self.x, dy, part, self.sh, self.sw, pt, pl)
         self.weight.grad[:, 0] = part.sum(axis=0).transpose(2, 0, 1)
         if not self.need_dx:
@@ -214,7 +214,7 @@ class Conv2d(Layer):
     def _direct_weight(self) -> np.ndarray:
         """OIHW -> [G, KH, KW, Cg, Cog]."""
         g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
-        wd = self._buf("w_direct", (g, self.kh, self.kw, cg, cog))
+        wd = self._temp("conv_weight", (g, self.kh, self.kw, cg, cog))
         np.copyto(wd, self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 2, 1))
         return wd
 
@@ -244,7 +244,7 @@ class Conv2d(Layer):
         """OIHW -> [G, KH*KW*Cg, Cog], matching the im2col column order (kh, kw, c)."""
         g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
         w = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 2, 1)
-        wg = self._buf("w_g", (g, self.kh * self.kw * cg, cog))
+        wg = self._temp("conv_weight", (g, self.kh * self.kw * cg, cog))
         np.copyto(wg, w.reshape(g, -1, cog))
         return wg
 
@@ -260,7 +260,7 @@ class Conv2d(Layer):
         if g == 1:
             _gemm.matmul(cols[0], wg[0], y.reshape(p, self.cout))
         else:
-            out = self._buf("out_g", (g, p, cog))
+            out = self._temp("conv_out_groups", (g, p, cog))
             _gemm.matmul_batched(cols, wg, out)
             np.copyto(y.reshape(p, g, cog), out.transpose(1, 0, 2))
 
@@ -271,11 +271,11 @@ class Conv2d(Layer):
         if g == 1:
             dyg = dy.reshape(1, p, cog)
         else:
-            dyg = self._buf("dy_g", (g, p, cog))
+            dyg = self._temp("conv_dy_groups", (g, p, cog))
             np.copyto(dyg, dy.reshape(p, g, cog).transpose(1, 0, 2))
-        dwg = self._buf("dw_g", (g, self.kh * self.kw * cg, cog))
+        dwg = self._temp("conv_wgrad", (g, self.kh * self.kw * cg, cog))
         if g == 1:
-            _gemm.matmul_tn(self.cols[0], dyg[0], dwg[0], self._buf("dw_scratch", _gemm.scratch_shape(*dwg.shape[1:])))
+            _gemm.matmul_tn(self.cols[0], dyg[0], dwg[0], self._temp("gemm_partials", _gemm.scratch_shape(*dwg.shape[1:])))
         else:
             _gemm.matmul_batched(self.cols.transpose(0, 2, 1), dyg, dwg)
         self.weight.grad[...] = dwg.reshape(g, self.kh, self.kw, cg, cog).transpose(0, 4, 3, 1, 2).reshape(

@@ -12,12 +12,15 @@ One forward may be in flight per layer: call ``backward`` before the next traini
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from models.param import Param
 from models.profile import ConvShape, LayerProfile
 
 Shape = tuple[int, ...]
+_arena = threading.local()  # per-thread temporaries shared by all layers (see Layer._temp)
 
 
 class Rng:
@@ -28,33 +31,39 @@ class Rng:
 
 
 class GradPool:
-    """Free gradient buffers keyed by (shape, dtype), shared by one model's layers.
+    """Free gradient buffers shared by one model's layers, reused across shapes.
 
     During backward only a few gradients are alive at once (the one being consumed, the one
     being produced, and a residual branch's), so a layer *takes* its ``dx`` buffer here and the
-    container *gives* it back once the layer below has consumed it. Only arrays this pool
-    created are ever taken back.
+    container *gives* it back once the layer below has consumed it. A request is served by the
+    smallest free buffer that is large enough (viewed with the requested shape and dtype), so
+    the pool holds about as many bytes as the largest gradients alive at once, not one buffer
+    per distinct shape. Only buffers this pool created are ever taken back; after the first
+    step the same requests meet the same buffers, so nothing grows.
     """
 
     def __init__(self) -> None:
-        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._free: dict[int, list[np.ndarray]] = {}  # flat uint8 buffers by size in bytes
         self._owned: set[int] = set()
 
     def take(self, shape: Shape, dtype) -> np.ndarray:
-        free = self._free.get((tuple(shape), np.dtype(dtype)))
-        if free:
-            return free.pop()
-        arr = np.empty(shape, dtype)
-        self._owned.add(id(arr))
-        return arr
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        fits = [size for size, free in self._free.items() if size >= nbytes and free]
+        if fits:
+            buf = self._free[min(fits)].pop()
+        else:
+            buf = np.empty(nbytes, np.uint8)
+            self._owned.add(id(buf))
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     def give(self, arr: np.ndarray | None) -> None:
         while arr is not None and arr.base is not None and isinstance(arr.base, np.ndarray):
             arr = arr.base
         if arr is not None and id(arr) in self._owned:
-            key = (arr.shape, arr.dtype)
-            if not any(a is arr for a in self._free.get(key, ())):
-                self._free.setdefault(key, []).append(arr)
+            free = self._free.setdefault(arr.nbytes, [])
+            if not any(a is arr for a in free):
+                free.append(arr)
 
 
 def release_consumed(pool: GradPool | None, consumed: np.ndarray | None, produced: np.ndarray | None) -> None:
@@ -114,6 +123,18 @@ class Layer:
             arr = np.empty(shape, dtype=dtype)
             self._scratch[key] = arr
         return arr
+
+    def _temp(self, slot: str, shape: Shape, dtype=None) -> np.ndarray:
+        """A temporary shared by every layer on this thread, valid only until the next request
+        for the same ``slot``: for scratch used within one call (weight copies, partial sums),
+        never for what backward needs. Its memory is the largest request, not one per layer."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        bufs = _arena.__dict__.setdefault("bufs", {})
+        buf = bufs.get(slot)
+        if buf is None or buf.nbytes < nbytes:
+            buf = bufs[slot] = np.empty(nbytes, np.uint8)
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     # -- computation ---------------------------------------------------------------------
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:

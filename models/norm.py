@@ -184,7 +184,7 @@ class GroupNorm(_Norm):
     def backward(self, dy: np.ndarray) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
         dx = self._grad_buf(self.x.shape)
-        dg, db = self._buf("dgamma_n", (n, c), np.float64), self._buf("dbeta_n", (n, c), np.float64)
+        dg, db = self._temp("norm_dgamma", (n, c), np.float64), self._temp("norm_dbeta", (n, c), np.float64)
         shape3 = (n, -1, c)
         GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
                               self.mu_lo, self.a, self.bias.data, self.invstd, self.weight.data, dx.reshape(shape3),
