@@ -20,8 +20,10 @@ blocked in a collective.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from poprun_py.errors import EXIT_HANG
 from poprun_py.progress import last_progress
 
+OUTPUT_DRAIN_S = 5.0  # at most this long for the MPI launcher to read the message before MPI_Abort
 HEAD_START = 0.1  # extra share of the timeout a rank waiting in a collective gives the others
 MIN_HEAD_START_S = 1.0
 
@@ -50,6 +53,30 @@ def hang_message(rank: int, size: int, host: str, idle: float, timeout: float, l
     return (f"poprun_py: rank {rank} of {size} (host {host}, pid {os.getpid()}) made no progress for "
             f"{timeout:g} s (--hang-timeout); {doing}; aborting the job through MPI_Abort "
             f"(exit code {EXIT_HANG})")
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes written to ``fd`` that its reader has not taken yet (a pipe's FIONREAD); 0 for a
+    terminal, a file or anything that cannot say."""
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except OSError:
+        return 0
+
+
+def wait_until_read(fd: int, limit_s: float = OUTPUT_DRAIN_S, poll_s: float = 0.01) -> bool:
+    """Wait until the reader of the pipe behind ``fd`` has taken what was written (at most ``limit_s``).
+
+    Under mpiexec a rank's stderr is a pipe to the MPI launcher's proxy, which forwards it. When the
+    rank calls MPI_Abort right after writing, the proxy may handle the abort, kill the ranks and exit
+    before it has read the pipe, and the message that says why the job stopped is lost. True if the
+    pipe was drained in time."""
+    end = time.monotonic() + limit_s
+    while unread_bytes(fd) > 0:
+        if time.monotonic() > end:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def abort_job(code: int) -> None:
@@ -77,6 +104,10 @@ def start_watchdog(timeout: float, rank: int, size: int, host: str, *,
             if idle > deadline(timeout, what):
                 sys.stderr.write(hang_message(rank, size, host, idle, timeout, what) + "\n")
                 sys.stderr.flush()
+                try:
+                    wait_until_read(sys.stderr.fileno())
+                except (AttributeError, OSError, ValueError):  # stderr replaced by an object with no fd
+                    pass
                 abort(EXIT_HANG)
                 return
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 from launcher_helpers import ROOT, assert_no_leftovers, launcher_env, write_script
 
-from poprun_py.watchdog import deadline, hang_message, start_watchdog
+from poprun_py.watchdog import deadline, hang_message, start_watchdog, unread_bytes, wait_until_read
 
 
 def test_a_rank_waiting_in_a_collective_gives_the_culprit_a_head_start():
@@ -37,6 +37,27 @@ def test_the_watchdog_aborts_with_exit_code_124_once_the_deadline_passes(capsys)
     assert "rank 1 of 2 (host h" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--hang-timeout must be > 0"):
         start_watchdog(0, 0, 1, "h")
+
+
+def test_the_abort_waits_until_the_launcher_has_read_the_message():
+    """The message must reach the MPI launcher's proxy before MPI_Abort makes it kill the ranks."""
+    r, w = os.pipe()
+    try:
+        os.write(w, b"rank 0 made no progress\n")
+        assert unread_bytes(w) == 24
+        assert not wait_until_read(w, limit_s=0.05)  # nobody reads: gives up after the limit
+        assert os.read(r, 100) == b"rank 0 made no progress\n"
+        assert unread_bytes(w) == 0 and wait_until_read(w, limit_s=0.05)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_file_or_terminal_never_delays_the_abort(tmp_path):
+    with open(tmp_path / "err.txt", "wb") as f:
+        f.write(b"x" * 100)
+        f.flush()
+        assert unread_bytes(f.fileno()) == 0 and wait_until_read(f.fileno(), limit_s=0.05)
 
 
 STALL = """
