@@ -28,7 +28,7 @@ CB = 4  # input channels per weight-gradient register block
 BLOCK_PIXELS = 64  # weight gradient: output pixels summed in registers between two flushes
 
 
-@jit(parallel=True, fastmath=CONTRACT)
+@jit(parallel=True, fastmath=CONTRACT, min_elems=0)
 def conv(x, w, y, sh, sw, pt, pl, scratch):
     """y[n, ho, wo, g] = sum over in-image taps (kh, kw) and c of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * w[g, kh, kw, c]  (vectors of Cg_out).
@@ -81,7 +81,7 @@ def scratch_width(wo: int, kw: int, sw: int) -> int:
     return (-(-wo // TILE) * TILE - 1) * sw + kw
 
 
-@jit(parallel=True, fastmath=CONTRACT)
+@jit(parallel=True, fastmath=CONTRACT, min_elems=0)
 def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch):
     """part[k, g, kh, kw, c] = chunk k's share of the sum over pixels of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * dy[n, ho, wo, g]; the caller sums the chunks.

@@ -52,9 +52,10 @@ def vector_registers() -> int:
     return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
 
 
-def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
+def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
     """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
-    parallel one runs on one thread for small inputs."""
+    parallel one runs on one thread when its first array has fewer than ``min_elems`` elements
+    (0 for kernels that do much work per element)."""
 
     def wrap(fn):
         if not ENABLED:
@@ -65,7 +66,7 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
 
         @functools.wraps(fn)
         def launch(*args):
-            numba.set_num_threads(1 if args[0].size < PARALLEL_MIN_ELEMS else _max_threads)
+            numba.set_num_threads(1 if args[0].size < min_elems else _max_threads)
             return compiled(*args)
 
         launch.compiled = compiled

@@ -30,7 +30,8 @@ from models.param import Param
 from models.profile import ConvShape
 
 _DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
-_DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel
+_DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel,
+_DIRECT_WGRAD_ROWS = 8192  # and so do those summed over at least this many pixels
 
 
 def same_pads(size: int, k: int, s: int) -> tuple[int, int]:
@@ -169,14 +170,14 @@ class Conv2d(Layer):
         dy2 = dy.reshape(-1, self.cout)
         w2 = self.weight.data.reshape(self.cout, self.cin)
         grad = self.weight.grad.reshape(self.cout, self.cin)
-        # With few channels (a long reduction over pixels into a small matrix) the direct kernel
-        # beats OpenBLAS (measured: 20-25 against 10-12 GFLOP/s on Zen 1; BLAS wins from ~64 x 128).
-        # A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
+        # For a long reduction over pixels (or few channels) the direct kernel beats OpenBLAS
+        # (measured on Zen 1: 20-25 against 10-12 GFLOP/s; BLAS wins on short reductions into
+        # matrices from ~64 x 128). A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
         # keeps a run's accumulators in registers), with enough runs for every thread.
         m = dy2.shape[0]
         run = max(d for d in range(1, min(128, max(m // (4 * _jit.get_num_threads()), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
-        small = self.cin * self.cout <= _DIRECT_WGRAD_MAX
+        small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
         if small and self.cin % D.VEC == 0 and self.cout % D.CB == 0:
             grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
         elif small and self.cout % D.VEC == 0 and self.cin % D.CB == 0:
