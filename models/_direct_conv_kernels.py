@@ -86,14 +86,15 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch):
     """part[k, g, kh, kw, c] = chunk k's share of the sum over pixels of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * dy[n, ho, wo, g]; the caller sums the chunks.
     Rows go in blocks of ``block`` output rows, copied with their zero padding into
-    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg], so that every tap runs over the
-    whole block without bounds tests."""
+    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg rounded up to CB], so that every
+    tap runs over the whole block without bounds tests; ``part``'s channel axis has that
+    rounded size too."""
     n_, h_, w_, groups, cg = x.shape
     ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
     chunks, _, kh_, kw_ = part.shape[0], part.shape[1], part.shape[2], part.shape[3]
     per_image = -(-ho_ // block)
     items = n_ * per_image
-    hp = scratch.shape[1]
+    hp, cgp = scratch.shape[1], scratch.shape[3]  # cgp: Cg rounded up to CB (the rest stays zero)
     cols = max(0, min(w_, scratch.shape[2] - pl))
     for k in prange(chunks):
         part[k] = 0
@@ -116,7 +117,7 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch):
                                 scratch[k, i, pl + j, c] = 0
                 for kh in range(kh_):
                     for kw in range(kw_):
-                        for c0 in range(0, cg, CB):
+                        for c0 in range(0, cgp, CB):
                             for b in range(0, cog, VEC):
                                 acc[:] = 0
                                 for q in range(rows):

@@ -95,8 +95,8 @@ class Conv2d(Layer):
         elif groups == cin == cout:
             self.path = "depthwise"
             self.kind = "dwconv"
-        elif groups > 1 and (cin // groups) % D.VEC == 0 and (cout // groups) % D.VEC == 0:
-            self.path = "direct"
+        elif (cout // groups) % D.VEC == 0 and (groups > 1 and (cin // groups) % D.VEC == 0 or groups == 1 and cin <= 4):
+            self.path = "direct"  # grouped with wide groups (G16), or a stem on a few input channels
         else:
             self.path = "im2col"
 
@@ -160,11 +160,13 @@ class Conv2d(Layer):
         n, ho, wo = dy5.shape[:3]
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
-        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
+        cg = x5.shape[4]
+        cgp = -(-cg // D.CB) * D.CB
+        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, cgp, dy5.shape[4]))
         scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
-                                              x5.shape[4]))
+                                              cgp))
         D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
-        return part.sum(axis=0)
+        return part.sum(axis=0)[..., :cg, :]
 
     def _backward_pointwise(self, dy):
         dy2 = dy.reshape(-1, self.cout)
@@ -228,8 +230,13 @@ class Conv2d(Layer):
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
-        dx5 = self._split(dx)
         wt = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 1, 2)  # [G, KH, KW, Cog, Cg]
+        if cg % D.VEC == 0:
+            dx5 = self._split(dx)
+        else:  # a stem: the input gradient's channels padded to VEC with zero weights
+            cgp = -(-cg // D.VEC) * D.VEC
+            dx5 = self._temp("conv_dx_padded", (*self.x_shape[:3], g, cgp))
+            wt = np.concatenate([wt, np.zeros((*wt.shape[:4], cgp - cg), wt.dtype)], axis=4)
         for ph in range(self.sh):
             rows, top = _phase_taps(ph, pt, self.sh, self.kh)
             for pw in range(self.sw):
@@ -239,6 +246,8 @@ class Conv2d(Layer):
                     out[...] = 0
                     continue
                 self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
+        if cg % D.VEC:
+            np.copyto(self._split(dx), dx5[..., :cg])
         return dx
 
     def _group_weight(self) -> np.ndarray:
