@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 
 import numba
-from numba.core.codegen import get_host_cpu_features
 
 from data import _jit as _compiler
 from data._jit import ENABLED, is_enabled, prange
@@ -45,11 +44,6 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     return _max_threads
-
-
-def vector_registers() -> int:
-    """Vector registers the compiled code may use: 32 with AVX-512, else 16 (x86-64)."""
-    return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
 
 
 def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):

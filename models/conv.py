@@ -95,8 +95,8 @@ class Conv2d(Layer):
         elif groups == cin == cout:
             self.path = "depthwise"
             self.kind = "dwconv"
-        elif (cout // groups) % D.VEC == 0 and (groups > 1 and (cin // groups) % D.VEC == 0 or groups == 1 and cin <= 4):
-            self.path = "direct"  # grouped with wide groups (G16), or a stem on a few input channels
+        elif D.vec_for(cout // groups) and (D.vec_for(cin // groups) and (groups > 1 or cin <= 32) or cin <= 4):
+            self.path = "direct"  # groups of multiples of 8 channels (G16), small regular convs, RGB stems
         else:
             self.path = "im2col"
 
@@ -150,10 +150,15 @@ class Conv2d(Layer):
     def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl) -> None:
         """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's
         stride phases use smaller kernels)."""
+        if pt < 0:  # (input-gradient phases of a padding wider than the kernel) taps start inside
+            x5, pt = x5[:, -pt:], 0
+        if pl < 0:
+            x5, pl = x5[:, :, -pl:], 0
         chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
         kh, kw = w5.shape[1], w5.shape[2]
-        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw), *x5.shape[3:]))
-        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch)
+        tile = D.tile_for(D.vec_for(y5.shape[4]), y5.shape[2])
+        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw, tile), *x5.shape[3:]))
+        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
@@ -161,7 +166,8 @@ class Conv2d(Layer):
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
         cg = x5.shape[4]
-        cgp = -(-cg // D.CB) * D.CB
+        cb = D.channel_block(D.vec_for(dy5.shape[4]))
+        cgp = -(-cg // cb) * cb
         part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, cgp, dy5.shape[4]))
         scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
                                               cgp))
@@ -180,9 +186,9 @@ class Conv2d(Layer):
         run = max(d for d in range(1, min(128, max(m // (4 * _jit.get_num_threads()), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
         small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if small and self.cin % D.VEC == 0 and self.cout % D.CB == 0:
+        if small and D.vec_for(self.cin):
             grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
-        elif small and self.cout % D.VEC == 0 and self.cin % D.CB == 0:
+        elif small and D.vec_for(self.cout):
             grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
         else:
             _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
@@ -231,10 +237,10 @@ class Conv2d(Layer):
             return None
         dx = self._grad_buf(self.x_shape)
         wt = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 1, 2)  # [G, KH, KW, Cog, Cg]
-        if cg % D.VEC == 0:
+        if D.vec_for(cg):
             dx5 = self._split(dx)
-        else:  # a stem: the input gradient's channels padded to VEC with zero weights
-            cgp = -(-cg // D.VEC) * D.VEC
+        else:  # a stem: the input gradient's channels padded to 8 with zero weights
+            cgp = -(-cg // 8) * 8
             dx5 = self._temp("conv_dx_padded", (*self.x_shape[:3], g, cgp))
             wt = np.concatenate([wt, np.zeros((*wt.shape[:4], cgp - cg), wt.dtype)], axis=4)
         for ph in range(self.sh):
@@ -246,7 +252,7 @@ class Conv2d(Layer):
                     out[...] = 0
                     continue
                 self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
-        if cg % D.VEC:
+        if not D.vec_for(cg):
             np.copyto(self._split(dx), dx5[..., :cg])
         return dx
 
