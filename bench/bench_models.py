@@ -236,8 +236,8 @@ def _header(args, peak: dict, a: dict, b: dict) -> None:
     print(f"CPU: {_cpu_model()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"sgemm peak (numpy 2048^2, {args.threads} thr): {peak['gflops']:.1f} GFLOP/s; numpy BLAS: "
           f"{_pools(peak['pools'])}")
-    print(f"ours: models {ta['models']} thr, numba {ta['numba']} thr ({ta['numba layer']} layer), GEMMs on "
-          f"{ta['gemm pool']} pool thread(s) of {ta['gemm kernel']}; pools seen: {_pools(ta['pools'])}")
+    print(f"ours: models {ta['models']} thr, numba {ta['numba']} thr ({ta['numba layer']} layer); GEMMs split over "
+          f"{ta['gemm pool']} thread(s): {ta['gemm kernel']}; pools seen: {_pools(ta['pools'])}")
     print(f"torch: intra-op {tb['torch intra-op']}, inter-op {tb['torch inter-op']}, capability "
           f"{tb['cpu capability']}, oneDNN {tb['mkldnn']}; pools seen: {_pools(tb['pools'])}")
     print(f"threads={args.threads} steps={args.steps} rounds={args.rounds}; best step of each; "

@@ -1,11 +1,13 @@
 """numba kernels for direct (no im2col) convolution with narrow groups, e.g. G16, in NHWC.
 
 Arrays are viewed with the group split out: activations ``[N, H, W, G, Cg]``, weights
-``[G, KH, KW, Cg_in, Cg_out]``. The output channels of a group are processed ``VEC`` at a time
-(the group width must be a multiple of ``VEC``), and ``TILE`` neighbouring output pixels of one
-row share every weight load: the ``TILE x VEC`` accumulators stay in vector registers, which
+``[G, KH, KW, Cg_in, Cg_out]``. The output channels of a group are processed ``VEC`` (16, or 8
+for widths that are odd multiples of 8) at a time, and ``TILE`` neighbouring output pixels of
+one row share every weight load: the ``TILE x VEC`` accumulators stay in vector registers, which
 LLVM's SLP vectoriser packs once the two innermost loops have constant trip counts (see
-``_jit``). Each thread copies the input rows it is about to read, one group at a time, into a
+``_jit``). ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
+built by a factory and cached like any other; the tile is chosen per call from the row width
+(:func:`tile_for`). Each thread copies the input rows it is about to read, one group at a time, into a
 small zero-padded scratch, so every pixel (borders included, and images narrower than a tile)
 runs the tiled loop with no bounds tests; the copy is one read per input value and kernel row,
 against ``KW * Cg_out`` multiply-adds.
@@ -20,111 +22,159 @@ from __future__ import annotations
 
 import numpy as np
 
-from models._jit import CONTRACT, jit, prange, vector_registers
+from models._jit import CONTRACT, jit, prange
 
-VEC = 16  # output channels per register block (two AVX2 / one AVX-512 register of float32)
-TILE = 8 if vector_registers() >= 32 else 4  # output pixels per tile: TILE * 2 + 3 registers
-CB = 4  # input channels per weight-gradient register block
+VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
+# Output pixels per tile, (narrow, wide) per register block: TILE x VEC accumulators in 8-float
+# vectors plus a weight vector and a broadcast, within AVX2's 16 registers. Only pairs that LLVM
+# was seen to vectorise are listed (8 x 8, for one, stays scalar), so wider AVX-512 register
+# files are not used for bigger tiles.
+TILES = {16: (4, 6), 8: (6, 12)}
 BLOCK_PIXELS = 64  # weight gradient: output pixels summed in registers between two flushes
+_WIDE_SPEEDUP = 1.08  # measured (Zen 1): the wide tile computes each pixel this much faster
+_kernels: dict = {}
 
 
-@jit(parallel=True, fastmath=CONTRACT)
-def conv(x, w, y, sh, sw, pt, pl, scratch):
+def vec_for(width: int) -> int | None:
+    """The register block for a group width (None: not a multiple of 8)."""
+    return next((v for v in VECS if width % v == 0), None)
+
+
+def tile_for(vec: int, wo: int) -> int:
+    """Output pixels per tile for rows of ``wo`` pixels: the wide tile unless the row's ragged
+    last tile wastes more than it saves."""
+    narrow, wide = TILES[vec]
+    return wide if -(-wo // wide) * wide < _WIDE_SPEEDUP * -(-wo // narrow) * narrow else narrow
+
+
+def channel_block(vec: int) -> int:
+    """Input channels per weight-gradient register block (CB x VEC = 64 accumulators)."""
+    return 64 // vec
+
+
+def scratch_width(wo: int, kw: int, sw: int, tile: int) -> int:
+    """Scratch columns for ``wo`` output columns: whole tiles of them, and their taps."""
+    return (-(-wo // tile) * tile - 1) * sw + kw
+
+
+def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int) -> None:
     """y[n, ho, wo, g] = sum over in-image taps (kh, kw) and c of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * w[g, kh, kw, c]  (vectors of Cg_out).
-    ``scratch`` [chunks, KH, scratch_width(Wo, KW, sw), G, Cg]: per chunk of output rows, a ring
-    of the last KH input rows, zero-padded (input row i sits in slot i % KH, column j at pl + j)."""
-    n_, h_, w_, groups, cg = x.shape
-    ho_, wo_, cog = y.shape[1], y.shape[2], y.shape[4]
-    kh_, kw_ = w.shape[1], w.shape[2]
-    chunks = scratch.shape[0]
-    span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
-    cols = max(0, min(w_, scratch.shape[2] - pl))
-    rows = n_ * ho_
-    for k in prange(chunks):
-        scratch[k] = 0
-        acc = np.empty((TILE, VEC), y.dtype)
-        image, filled = -1, 0  # the image in the ring, and one past the last input row copied
-        for r in range(k * rows // chunks, (k + 1) * rows // chunks):
-            n = r // ho_
-            ho = r % ho_
-            top = ho * sh - pt
-            kh0 = max(0, -top)
-            kh1 = min(kh_, h_ - top)
-            if n != image:
-                image, filled = n, 0
-            for i in range(max(filled, top + kh0), top + kh1):
-                for j in range(cols):
-                    for g in range(groups):
-                        for c in range(cg):
-                            scratch[k, i % kh_, pl + j, g, c] = x[n, i, j, g, c]
-            filled = max(filled, top + kh1)
-            for g in range(groups):
-                for b in range(0, cog, VEC):
-                    for wo in range(0, span, TILE):
-                        acc[:] = 0
-                        for kh in range(kh0, kh1):
-                            slot = (top + kh) % kh_
-                            for kw in range(kw_):
-                                for c in range(cg):
-                                    for t in range(TILE):
-                                        xv = scratch[k, slot, (wo + t) * sw + kw, g, c]
-                                        for v in range(VEC):
-                                            acc[t, v] += xv * w[g, kh, kw, c, b + v]
-                        for t in range(min(TILE, wo_ - wo)):
-                            for v in range(VEC):
-                                y[n, ho, wo + t, g, b + v] = acc[t, v]
+    ``scratch`` [chunks, KH, scratch_width(Wo, KW, sw, tile), G, Cg]: per chunk of output rows,
+    a ring of the last KH input rows, zero-padded (input row i sits in slot i % KH, column j at
+    pl + j)."""
+    key = ("conv", vec_for(y.shape[4]), tile)
+    if key not in _kernels:
+        _kernels[key] = _make_conv(*key[1:])
+    _kernels[key](x, w, y, sh, sw, pt, pl, scratch)
 
 
-def scratch_width(wo: int, kw: int, sw: int) -> int:
-    """Scratch columns for ``wo`` output columns: whole tiles of them, and their taps."""
-    return (-(-wo // TILE) * TILE - 1) * sw + kw
-
-
-@jit(parallel=True, fastmath=CONTRACT)
-def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch):
+def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     """part[k, g, kh, kw, c] = chunk k's share of the sum over pixels of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * dy[n, ho, wo, g]; the caller sums the chunks.
     Rows go in blocks of ``block`` output rows, copied with their zero padding into
-    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg], so that every tap runs over the
-    whole block without bounds tests."""
-    n_, h_, w_, groups, cg = x.shape
-    ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
-    chunks, _, kh_, kw_ = part.shape[0], part.shape[1], part.shape[2], part.shape[3]
-    per_image = -(-ho_ // block)
-    items = n_ * per_image
-    hp = scratch.shape[1]
-    cols = max(0, min(w_, scratch.shape[2] - pl))
-    for k in prange(chunks):
-        part[k] = 0
-        scratch[k] = 0
-        acc = np.empty((CB, VEC), part.dtype)
-        for item in range(k * items // chunks, (k + 1) * items // chunks):
-            n = item // per_image
-            ho0 = item % per_image * block
-            rows = min(block, ho_ - ho0)
-            for g in range(groups):
-                for i in range(hp):  # scratch row i is x row ho0*sh - pt + i (zero outside the image)
-                    row = ho0 * sh - pt + i
-                    if 0 <= row < h_:
-                        for j in range(cols):
+    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg rounded up to channel_block],
+    so that every tap runs over the whole block without bounds tests; ``part``'s channel axis
+    has that rounded size too."""
+    key = ("weight_grad", vec_for(dy.shape[4]))
+    if key not in _kernels:
+        _kernels[key] = _make_weight_grad(key[1], channel_block(key[1]))
+    _kernels[key](x, dy, part, sh, sw, pt, pl, block, scratch)
+
+
+def _make_conv(VEC: int, TILE: int):
+    """The convolution kernel for one register block and tile (see :func:`conv`)."""
+
+    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    def kernel(x, w, y, sh, sw, pt, pl, scratch):
+        n_, h_, w_, groups, cg = x.shape
+        ho_, wo_, cog = y.shape[1], y.shape[2], y.shape[4]
+        kh_, kw_ = w.shape[1], w.shape[2]
+        chunks = scratch.shape[0]
+        span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
+        cols = max(0, min(w_, scratch.shape[2] - pl))
+        rows = n_ * ho_
+        for k in prange(chunks):
+            scratch[k] = 0
+            acc = np.empty((TILE, VEC), y.dtype)
+            image, filled = -1, 0  # the image in the ring, and one past the last input row copied
+            for r in range(k * rows // chunks, (k + 1) * rows // chunks):
+                n = r // ho_
+                ho = r % ho_
+                top = ho * sh - pt
+                kh0 = max(0, -top)
+                kh1 = min(kh_, h_ - top)
+                if n != image:
+                    image, filled = n, 0
+                for i in range(max(filled, top + kh0), top + kh1):
+                    for j in range(cols):
+                        for g in range(groups):
                             for c in range(cg):
-                                scratch[k, i, pl + j, c] = x[n, row, j, g, c]
-                    else:
-                        for j in range(cols):
-                            for c in range(cg):
-                                scratch[k, i, pl + j, c] = 0
-                for kh in range(kh_):
-                    for kw in range(kw_):
-                        for c0 in range(0, cg, CB):
-                            for b in range(0, cog, VEC):
-                                acc[:] = 0
-                                for q in range(rows):
-                                    for wo in range(wo_):
-                                        for u in range(CB):
-                                            xv = scratch[k, q * sh + kh, wo * sw + kw, c0 + u]
+                                scratch[k, i % kh_, pl + j, g, c] = x[n, i, j, g, c]
+                filled = max(filled, top + kh1)
+                for g in range(groups):
+                    for b in range(0, cog, VEC):
+                        for wo in range(0, span, TILE):
+                            acc[:] = 0
+                            for kh in range(kh0, kh1):
+                                slot = (top + kh) % kh_
+                                for kw in range(kw_):
+                                    for c in range(cg):
+                                        for t in range(TILE):
+                                            xv = scratch[k, slot, (wo + t) * sw + kw, g, c]
                                             for v in range(VEC):
-                                                acc[u, v] += xv * dy[n, ho0 + q, wo, g, b + v]
-                                for u in range(CB):
-                                    for v in range(VEC):
-                                        part[k, g, kh, kw, c0 + u, b + v] += acc[u, v]
+                                                acc[t, v] += xv * w[g, kh, kw, c, b + v]
+                            for t in range(min(TILE, wo_ - wo)):
+                                for v in range(VEC):
+                                    y[n, ho, wo + t, g, b + v] = acc[t, v]
+
+    return kernel
+
+
+def _make_weight_grad(VEC: int, CB: int):
+    """The weight-gradient kernel for one register block (see :func:`weight_grad`)."""
+
+    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    def kernel(x, dy, part, sh, sw, pt, pl, block, scratch):
+        n_, h_, w_, groups, cg = x.shape
+        ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
+        chunks, _, kh_, kw_ = part.shape[0], part.shape[1], part.shape[2], part.shape[3]
+        per_image = -(-ho_ // block)
+        items = n_ * per_image
+        hp, cgp = scratch.shape[1], scratch.shape[3]  # cgp: Cg rounded up to CB (the rest stays zero)
+        cols = max(0, min(w_, scratch.shape[2] - pl))
+        for k in prange(chunks):
+            part[k] = 0
+            scratch[k] = 0
+            acc = np.empty((CB, VEC), part.dtype)
+            for item in range(k * items // chunks, (k + 1) * items // chunks):
+                n = item // per_image
+                ho0 = item % per_image * block
+                rows = min(block, ho_ - ho0)
+                for g in range(groups):
+                    for i in range(hp):  # scratch row i is x row ho0*sh - pt + i (zero outside the image)
+                        row = ho0 * sh - pt + i
+                        if 0 <= row < h_:
+                            for j in range(cols):
+                                for c in range(cg):
+                                    scratch[k, i, pl + j, c] = x[n, row, j, g, c]
+                        else:
+                            for j in range(cols):
+                                for c in range(cg):
+                                    scratch[k, i, pl + j, c] = 0
+                    for kh in range(kh_):
+                        for kw in range(kw_):
+                            for c0 in range(0, cgp, CB):
+                                for b in range(0, cog, VEC):
+                                    acc[:] = 0
+                                    for q in range(rows):
+                                        for wo in range(wo_):
+                                            for u in range(CB):
+                                                xv = scratch[k, q * sh + kh, wo * sw + kw, c0 + u]
+                                                for v in range(VEC):
+                                                    acc[u, v] += xv * dy[n, ho0 + q, wo, g, b + v]
+                                    for u in range(CB):
+                                        for v in range(VEC):
+                                            part[k, g, kh, kw, c0 + u, b + v] += acc[u, v]
+
+    return kernel

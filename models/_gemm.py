@@ -1,10 +1,12 @@
-"""Matrix products for the layers: single-threaded BLAS calls spread over a small pool.
+"""Matrix products for the layers: single-threaded BLAS calls spread over the kernels' threads.
 
 OpenBLAS keeps its own thread pool, which spins after every call and then competes with the
 numba kernels that follow for the same cores (badly so on a shared or busy host). So the first
 product run here switches numpy's OpenBLAS to one thread (process-wide, via its
-``*_set_num_threads`` symbol, as threadpoolctl does) and splits large products by rows over
-``get_num_threads()`` Python threads (numpy releases the GIL; idle threads block, not spin).
+``*_set_num_threads`` symbol, as threadpoolctl does) and splits large products into blocks of
+rows (or of columns, when there are few rows) over ``get_num_threads()`` threads: numba's own,
+each calling ``cblas_?gemm`` from a parallel loop (``_blas_kernels``), when numpy's OpenBLAS
+exports it; otherwise a pool of Python threads (numpy releases the GIL; idle threads block).
 """
 
 from __future__ import annotations
@@ -13,18 +15,24 @@ import ctypes
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 
+from models import _blas_kernels as B
 from models import _jit
 
 logger = logging.getLogger(__name__)
-_MIN_ROWS = 8192  # below this, one BLAS call
+_MIN_ROWS = 8192  # reductions over fewer rows than this are not split into partial sums
+_MIN_WORK = 1 << 20  # multiply-adds below which one BLAS call on the caller's thread is cheaper
+_MIN_PART = 16  # rows per part at least
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _blas: list[str] = []  # "<library> (<kernel>)" for each OpenBLAS switched to one thread
+_numba_blas = False  # products run on numba's threads (B.gemm)
 
 
 def _single_threaded_blas() -> None:
+    global _numba_blas
     try:
         with open("/proc/self/maps") as f:
             libs = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
@@ -43,6 +51,7 @@ def _single_threaded_blas() -> None:
                     core.restype = ctypes.c_char_p
                 kernel = core().decode() if core is not None else "kernel unknown"
                 _blas.append(f"{path.rsplit('/', 1)[-1]} ({kernel})")
+                _numba_blas = _numba_blas or B.bind(lib)
                 logger.debug("set %s to 1 thread via %s", path, fn.__name__)
                 break
             else:
@@ -54,11 +63,12 @@ def _workers() -> ThreadPoolExecutor | None:
     global _pool, _pool_size
     n = _jit.get_num_threads()
     if _pool_size != n:
-        if _pool is None:
+        if _pool_size == 0:
             _single_threaded_blas()
-        else:
+        if _pool is not None:
             _pool.shutdown()
-        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="models-gemm") if n > 1 else None
+        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="models-gemm") if n > 1 and not _numba_blas \
+            else None
         _pool_size = n
     return _pool
 
@@ -70,40 +80,88 @@ def pool_size() -> int:
 
 
 def describe() -> str:
-    """The BLAS libraries switched to one thread, with OpenBLAS's kernel name."""
+    """The BLAS libraries switched to one thread (with OpenBLAS's kernel name) and who calls them."""
     _workers()
-    return ", ".join(_blas) or "numpy's BLAS (no OpenBLAS found)"
+    libs = ", ".join(_blas) or "numpy's BLAS (no OpenBLAS found)"
+    return f"{libs} called from {'numba threads' if _numba_blas else 'a Python thread pool'}"
+
+
+def _layout(x: np.ndarray) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of a 2-D operand, None when BLAS cannot read it."""
+    item = x.itemsize
+    rows, cols = x.shape
+    if x.strides[1] == item and (rows == 1 or x.strides[0] % item == 0 and x.strides[0] >= cols * item):
+        return B.NO_TRANS, max(x.strides[0] // item if rows > 1 else cols, 1)
+    if x.strides[0] == item and (cols == 1 or x.strides[1] % item == 0 and x.strides[1] >= rows * item):
+        return B.TRANS, max(x.strides[1] // item if cols > 1 else rows, 1)
+    return None
+
+
+def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> bool:
+    """out = a @ b on numba's threads; False (nothing done) when the operands do not suit BLAS."""
+    if not (_numba_blas and a.dtype == b.dtype == out.dtype and a.dtype in (np.float32, np.float64)):
+        return False
+    la, lb, lc = _layout(a), _layout(b), _layout(out)
+    if la is None or lb is None or lc is None or lc[0] != B.NO_TRANS:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    by_columns = m < threads * _MIN_PART
+    parts = max(1, min(threads, (n if by_columns else m) // _MIN_PART))
+    numba.set_num_threads(parts)
+    B.gemm(a.dtype == np.float64, la[0], lb[0], m, n, k, a.ctypes.data, la[1], b.ctypes.data, lb[1],
+           out.ctypes.data, lc[1], parts, by_columns)
+    return True
 
 
 def _blocks(m: int, parts: int) -> list[slice]:
     return [slice(i * m // parts, (i + 1) * m // parts) for i in range(parts)]
 
 
+def _parts(rows: int, work: int) -> int:
+    """How many pool threads a product of ``rows`` output rows and ``work`` multiply-adds uses."""
+    return 1 if work < _MIN_WORK else max(1, min(_pool_size, rows // _MIN_PART))
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out = a @ b for 2-D a [M, K] (rows split across the pool)."""
+    """out = a @ b for 2-D a [M, K] (rows split across the threads)."""
     pool = _workers()
-    if pool is None or a.shape[0] < _MIN_ROWS:
+    work = a.shape[0] * a.shape[1] * b.shape[1]
+    if _pool_size > 1 and work >= _MIN_WORK and _numba_gemm(a, b, out, _pool_size):
+        return out
+    parts = _parts(a.shape[0], work) if pool is not None else 1
+    if parts == 1:
         return np.matmul(a, b, out=out)
-    list(pool.map(lambda s: np.matmul(a[s], b, out=out[s]), _blocks(a.shape[0], _pool_size)))
+    list(pool.map(lambda s: np.matmul(a[s], b, out=out[s]), _blocks(a.shape[0], parts)))
     return out
 
 
 def matmul_tn(a: np.ndarray, b: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """out = a.T @ b for a [M, P], b [M, Q] (partial products over row blocks, then summed);
-    ``scratch`` is a [threads, P, Q] buffer the caller keeps."""
+    """out = a.T @ b for a [M, P], b [M, Q]: a long reduction (M >= _MIN_ROWS) is split into
+    partial products over row blocks, then summed; a short one by rows of ``out``. ``scratch``
+    is a [threads, P, Q] buffer."""
     pool = _workers()
-    if pool is None or a.shape[0] < _MIN_ROWS:
+    m, p, q = a.shape[0], a.shape[1], b.shape[1]
+    if _pool_size > 1 and m * p * q >= _MIN_WORK and _numba_gemm(a.T, b, out, _pool_size):
+        return out
+    if pool is None or m * p * q < _MIN_WORK:
         return np.matmul(a.T, b, out=out)
-    parts = _blocks(a.shape[0], _pool_size)
-    list(pool.map(lambda i: np.matmul(a[parts[i]].T, b[parts[i]], out=scratch[i]), range(len(parts))))
-    np.sum(scratch[:len(parts)], axis=0, out=out)
+    if m >= _MIN_ROWS:
+        parts = _blocks(m, _pool_size)
+        list(pool.map(lambda i: np.matmul(a[parts[i]].T, b[parts[i]], out=scratch[i]), range(len(parts))))
+        np.sum(scratch[:len(parts)], axis=0, out=out)
+        return out
+    n = _parts(p, m * p * q)
+    if n == 1:
+        return np.matmul(a.T, b, out=out)
+    list(pool.map(lambda s: np.matmul(a[:, s].T, b, out=out[s]), _blocks(p, n)))
     return out
 
 
 def matmul_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out[g] = a[g] @ b[g] for stacks [G, M, K] @ [G, K, N] (groups split across the pool)."""
     pool = _workers()
-    if pool is None or a.shape[0] < 2 or a.shape[1] * a.shape[0] < _MIN_ROWS:
+    if pool is None or a.shape[0] < 2 or a.size * b.shape[2] < _MIN_WORK:
         return np.matmul(a, b, out=out)
     list(pool.map(lambda s: np.matmul(a[s], b[s], out=out[s]), _blocks(a.shape[0], min(_pool_size, a.shape[0]))))
     return out

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 
 import numba
-from numba.core.codegen import get_host_cpu_features
 
 from data import _jit as _compiler
 from data._jit import ENABLED, is_enabled, prange
@@ -47,14 +46,10 @@ def get_num_threads() -> int:
     return _max_threads
 
 
-def vector_registers() -> int:
-    """Vector registers the compiled code may use: 32 with AVX-512, else 16 (x86-64)."""
-    return 32 if "+avx512f" in get_host_cpu_features().split(",") else 16
-
-
-def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
+def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
     """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
-    parallel one runs on one thread for small inputs."""
+    parallel one runs on one thread when its first array has fewer than ``min_elems`` elements
+    (0 for kernels that do much work per element)."""
 
     def wrap(fn):
         if not ENABLED:
@@ -65,7 +60,7 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset()):
 
         @functools.wraps(fn)
         def launch(*args):
-            numba.set_num_threads(1 if args[0].size < PARALLEL_MIN_ELEMS else _max_threads)
+            numba.set_num_threads(1 if args[0].size < min_elems else _max_threads)
             return compiled(*args)
 
         launch.compiled = compiled

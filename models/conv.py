@@ -30,7 +30,8 @@ from models.param import Param
 from models.profile import ConvShape
 
 _DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
-_DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel
+_DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel,
+_DIRECT_WGRAD_ROWS = 8192  # and so do those summed over at least this many pixels
 
 
 def same_pads(size: int, k: int, s: int) -> tuple[int, int]:
@@ -94,8 +95,8 @@ class Conv2d(Layer):
         elif groups == cin == cout:
             self.path = "depthwise"
             self.kind = "dwconv"
-        elif groups > 1 and (cin // groups) % D.VEC == 0 and (cout // groups) % D.VEC == 0:
-            self.path = "direct"
+        elif D.vec_for(cout // groups) and (D.vec_for(cin // groups) and (groups > 1 or cin <= 32) or cin <= 4):
+            self.path = "direct"  # groups of multiples of 8 channels (G16), small regular convs, RGB stems
         else:
             self.path = "im2col"
 
@@ -149,37 +150,45 @@ class Conv2d(Layer):
     def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl) -> None:
         """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's
         stride phases use smaller kernels)."""
+        if pt < 0:  # (input-gradient phases of a padding wider than the kernel) taps start inside
+            x5, pt = x5[:, -pt:], 0
+        if pl < 0:
+            x5, pl = x5[:, :, -pl:], 0
         chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
         kh, kw = w5.shape[1], w5.shape[2]
-        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw), *x5.shape[3:]))
-        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch)
+        tile = D.tile_for(D.vec_for(y5.shape[4]), y5.shape[2])
+        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw, tile), *x5.shape[3:]))
+        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
         n, ho, wo = dy5.shape[:3]
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
-        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
+        cg = x5.shape[4]
+        cb = D.channel_block(D.vec_for(dy5.shape[4]))
+        cgp = -(-cg // cb) * cb
+        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, cgp, dy5.shape[4]))
         scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
-                                              x5.shape[4]))
+                                              cgp))
         D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
-        return part.sum(axis=0)
+        return part.sum(axis=0)[..., :cg, :]
 
     def _backward_pointwise(self, dy):
         dy2 = dy.reshape(-1, self.cout)
         w2 = self.weight.data.reshape(self.cout, self.cin)
         grad = self.weight.grad.reshape(self.cout, self.cin)
-        # With few channels (a long reduction over pixels into a small matrix) the direct kernel
-        # beats OpenBLAS (measured: 20-25 against 10-12 GFLOP/s on Zen 1; BLAS wins from ~64 x 128).
-        # A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
+        # For a long reduction over pixels (or few channels) the direct kernel beats OpenBLAS
+        # (measured on Zen 1: 20-25 against 10-12 GFLOP/s; BLAS wins on short reductions into
+        # matrices from ~64 x 128). A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
         # keeps a run's accumulators in registers), with enough runs for every thread.
         m = dy2.shape[0]
         run = max(d for d in range(1, min(128, max(m // (4 * _jit.get_num_threads()), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
-        small = self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if small and self.cin % D.VEC == 0 and self.cout % D.CB == 0:
+        small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
+        if small and D.vec_for(self.cin):
             grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
-        elif small and self.cout % D.VEC == 0 and self.cin % D.CB == 0:
+        elif small and D.vec_for(self.cout):
             grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
         else:
             _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
@@ -227,8 +236,13 @@ class Conv2d(Layer):
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
-        dx5 = self._split(dx)
         wt = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 1, 2)  # [G, KH, KW, Cog, Cg]
+        if D.vec_for(cg):
+            dx5 = self._split(dx)
+        else:  # a stem: the input gradient's channels padded to 8 with zero weights
+            cgp = -(-cg // 8) * 8
+            dx5 = self._temp("conv_dx_padded", (*self.x_shape[:3], g, cgp))
+            wt = np.concatenate([wt, np.zeros((*wt.shape[:4], cgp - cg), wt.dtype)], axis=4)
         for ph in range(self.sh):
             rows, top = _phase_taps(ph, pt, self.sh, self.kh)
             for pw in range(self.sw):
@@ -238,6 +252,8 @@ class Conv2d(Layer):
                     out[...] = 0
                     continue
                 self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
+        if not D.vec_for(cg):
+            np.copyto(self._split(dx), dx5[..., :cg])
         return dx
 
     def _group_weight(self) -> np.ndarray:

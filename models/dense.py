@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from models import _gemm
 from models.layer import Layer, Shape
 from models.param import Param
 from models.profile import ConvShape
@@ -46,19 +47,20 @@ class Dense(Layer):
             raise ValueError(f"dense {self.name}: expected input [N, {self.cin}], got {x.shape}")
         self.x = x
         y = self._buf("y", (x.shape[0], self.cout))
-        np.matmul(x, self.weight.data.T, out=y)
+        _gemm.matmul(x, self.weight.data.T, y)
         if self.bias is not None:
             y += self.bias.data
         return y
 
     def backward(self, dy: np.ndarray) -> np.ndarray | None:
-        np.matmul(dy.T, self.x, out=self.weight.grad)
+        partials = self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin))
+        _gemm.matmul_tn(dy, self.x, self.weight.grad, partials)
         if self.bias is not None:
             self.bias.grad[...] = dy.sum(axis=0, dtype=np.float64)
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x.shape)
-        np.matmul(dy, self.weight.data, out=dx)
+        _gemm.matmul(dy, self.weight.data, dx)
         return dx
 
     def profile(self, shape: Shape):

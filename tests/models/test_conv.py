@@ -44,8 +44,8 @@ def test_bad_groups_and_padding_are_reported():
         Conv2d("c", "b", 8, 8, 3).forward(np.zeros((1, 4, 4, 3), np.float32), True)
 
 
-# (cin, cout, groups): regular, grouped, depthwise, grouped with 16 channels per group (G16)
-CHANNELS = [(3, 5, 1), (4, 6, 2), (6, 6, 6), (32, 32, 2)]
+# (cin, cout, groups): regular, grouped, depthwise, grouped with 16 channels per group (G16), an RGB stem
+CHANNELS = [(3, 5, 1), (4, 6, 2), (6, 6, 6), (32, 32, 2), (3, 16, 1)]
 GRID = list(itertools.product(CHANNELS, [1, 2, 3, 5], [1, 2], ["same", "symmetric", (0, 1, 2, 0)]))
 
 
@@ -84,5 +84,8 @@ def test_pointwise_path_is_one_gemm_and_depthwise_path_is_chosen():
     assert Conv2d("c", "b", 8, 16, 1).path == "pointwise"
     assert Conv2d("c", "b", 8, 8, 3, groups=8).path == "depthwise"
     assert Conv2d("c", "b", 32, 32, 3, groups=2).path == "direct"
-    assert Conv2d("c", "b", 32, 32, 3).path == "im2col"
-    assert Conv2d("c", "b", 8, 16, 1, stride=2).path == "im2col"
+    assert Conv2d("c", "b", 64, 64, 3).path == "im2col"
+    assert Conv2d("c", "b", 24, 24, 3).path == "direct"  # a small regular conv (8-channel blocks)
+    assert Conv2d("c", "b", 3, 32, 3, stride=2).path == "direct"  # an RGB stem
+    assert Conv2d("c", "b", 8, 16, 1, stride=2).path == "direct"
+    assert Conv2d("c", "b", 4, 6, 3, groups=2).path == "im2col"  # group widths not multiples of 8

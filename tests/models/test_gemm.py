@@ -1,0 +1,69 @@
+"""models._gemm: products split over threads (rows, columns, transposed operands) equal numpy's."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from models import _gemm, _jit
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Two threads; counts the products that ran on numba's threads (when numpy's OpenBLAS
+    exports the ILP64 cblas symbols, as its wheels do) in ``calls``."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs NUMBA_NUM_THREADS >= 2 to split products")
+    old = _jit.get_num_threads()
+    _jit.set_num_threads(2)
+    calls = []
+    gemm = _gemm.B.gemm
+    monkeypatch.setattr(_gemm.B, "gemm", lambda *args: calls.append(args[-2:]) or gemm(*args))
+    yield calls
+    _jit.set_num_threads(old)
+
+
+# (M, K, N): split by rows; few rows (split by columns); odd sizes
+SHAPES = [(4099, 64, 48), (24, 700, 300), (37, 1500, 33)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matmul_split_equals_numpy(two_threads, dtype, m, k, n):
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for lhs, rhs in [(a, b), (a, np.ascontiguousarray(b.T).T), (np.ascontiguousarray(a.T).T, b)]:
+        out = np.full((m, n), np.nan, dtype)
+        _gemm.matmul(lhs, rhs, out)
+        np.testing.assert_allclose(out, a @ b, rtol=tol, atol=tol * np.sqrt(k))
+    wide = np.zeros((m, k + 5), dtype)  # a row slice: leading dimension larger than the width
+    wide[:, :k] = a
+    out = np.empty((m, n), dtype)
+    _gemm.matmul(wide[:, :k], b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=tol, atol=tol * np.sqrt(k))
+    if _gemm._numba_blas:  # every product ran on numba's threads, in two parts, by columns when rows are few
+        assert two_threads == [(2, m < 32)] * 4
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_tn_equals_numpy(two_threads, dtype):
+    rng = np.random.default_rng(1)
+    for m, p, q in [(9000, 40, 24), (500, 96, 64)]:
+        a = rng.standard_normal((m, p)).astype(dtype)
+        b = rng.standard_normal((m, q)).astype(dtype)
+        out = np.empty((p, q), dtype)
+        _gemm.matmul_tn(a, b, out, np.empty(_gemm.scratch_shape(p, q), dtype))
+        tol = 1e-4 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(out, a.T @ b, rtol=tol, atol=tol * np.sqrt(m))
+
+
+def test_operand_layouts():
+    x = np.zeros((6, 4), np.float32)
+    assert _gemm._layout(x) == (111, 4)  # row-major, no transpose
+    assert _gemm._layout(x.T) == (112, 4)  # a transposed view
+    assert _gemm._layout(np.zeros((6, 9), np.float32)[:, :4]) == (111, 9)
+    assert _gemm._layout(x[::2]) == (111, 8)
+    assert _gemm._layout(np.zeros((6, 8), np.float32)[:, ::2]) is None  # not readable by BLAS: numpy does it
