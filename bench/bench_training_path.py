@@ -1,0 +1,97 @@
+"""Where an update of the default job goes, and what the IPU's 16.16 numerics cost over 32.32.
+
+    python bench/bench_training_path.py                  # 2 instances x 2 replicas, default config
+    python bench/bench_training_path.py --steps 160 --warmup 40
+
+Runs the real job, ``python -m poprun_py --num-instances 2 --num-replicas 4 python -m launch.train``,
+on the default config, four times: 32.32 (the baseline) and 16.16 (the ``fmnist-16.16`` numerics:
+float16 inputs, weights and partials, stochastic rounding, loss scaling; ``ipu.emulate_precision``)
+each stopped after ``--warmup`` and after ``--steps`` updates. Each run's ``summary.json`` gives the
+seconds of every phase (``ipu/runtime/phases.py``); the difference between the long and the short run
+is the steady state, without start-up, numba cache loading and the first reads. Prints per phase the
+share of the update time for both precisions, the share spent outside the model, and the 16.16 update
+time as a ratio to the 32.32 one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_models import _cpu_model  # noqa: E402
+from ipu.runtime.phases import PHASES  # noqa: E402
+
+PRECISION_16 = ("ipu.precision=\"16.16\"", "ipu.emulate_precision=true", "ipu.stochastic_rounding=true",
+                "loss_scaling.kind=static", "loss_scaling.initial_scale=128")
+
+
+def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, float]:
+    """Phase seconds and update seconds of one run of ``steps`` updates."""
+    cmd = [sys.executable, "-m", "poprun_py", "--num-instances", str(args.instances), "--num-replicas",
+           str(args.replicas), sys.executable, "-m", "launch.train", "--config", args.config,
+           "--set", f"run.max_steps={steps}", "--set", "run.evaluate=false", "--set", "run.plots=false",
+           "--set", "run.progress_bar=false", "--set", f"data.replicas={args.replicas}",
+           "--set", "schedule.kind=constant",  # runs stopped early: no warmup or decay to fit in
+           "--set", f"run.run_dir={run_dir}", *sum((["--set", s] for s in (*extra, *args.set)), [])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_"))}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    out = {phase: summary[f"share_{phase}"] * summary["update_s"] for phase in PHASES}
+    out["update_s"] = summary["update_s"]
+    out["updates"] = summary["updates_this_run"]
+    if summary.get("skipped_updates"):
+        print(f"note: {summary['skipped_updates']} update(s) skipped (non-finite gradients) in {run_dir.name}")
+    return out
+
+
+def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, float]:
+    """Phase seconds per update between update ``--warmup`` and update ``--steps``."""
+    short = run(args, args.warmup, extra, tmp / f"{name}-short")
+    long = run(args, args.steps, extra, tmp / f"{name}-long")
+    updates = long["updates"] - short["updates"]
+    return {k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="default")
+    p.add_argument("--instances", type=int, default=2)
+    p.add_argument("--replicas", type=int, default=4, help="in all (default 4: 2 per instance)")
+    p.add_argument("--steps", type=int, default=160)
+    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--set", action="append", default=[], help="extra config override for both runs")
+    args = p.parse_args()
+    if not 0 < args.warmup < args.steps:
+        raise SystemExit(f"--warmup {args.warmup} must be > 0 and below --steps {args.steps}")
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = steady(args, (), Path(tmp), "32")
+        emulated = steady(args, PRECISION_16, Path(tmp), "16")
+    print(f"CPU: {_cpu_model()}; load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
+    print(f"config {args.config}, {args.instances} instances x {args.replicas // args.instances} replicas, "
+          f"updates {args.warmup}..{args.steps} (steady state: the run to {args.steps} minus the run to "
+          f"{args.warmup})")
+    print(f"{'phase':<22}{'32.32 ms':>10}{'share':>8}{'16.16 ms':>10}{'share':>8}")
+    for phase in PHASES:
+        print(f"{phase:<22}{base[phase] * 1e3:>10.2f}{base[phase] / base['update_s']:>8.1%}"
+              f"{emulated[phase] * 1e3:>10.2f}{emulated[phase] / emulated['update_s']:>8.1%}")
+    for label, r in (("32.32", base), ("16.16", emulated)):
+        other = r["update_s"] - sum(r[p] for p in PHASES)
+        outside = 1 - r["model"] / r["update_s"]
+        print(f"{label}: update {r['update_s'] * 1e3:.1f} ms; unmeasured {other * 1e3:.2f} ms; "
+              f"outside the model {outside:.1%}")
+    print(f"16.16 update time / 32.32 (baseline): {emulated['update_s'] / base['update_s']:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
