@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.layer import GradPool, Layer, Rng, release_consumed
-from models.param import Param
+from models.param import Param, pack_grads
 from models.profile import LayerProfile
 
 
@@ -29,6 +29,7 @@ class Model:
             b.set_grad_pool(self._pool)
         self._params = [p for b in self._blocks for p in b.params()]
         self._check_unique()
+        pack_grads(self._params)  # one buffer: partials are summed and copied in one operation
 
     def _check_unique(self) -> None:
         keys = [p.name for p in self._params] + list(self.buffers())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,3 +36,68 @@ class Param:
     def decays(self) -> bool:
         """Whether weight decay and the LARS trust ratio apply to this parameter."""
         return self.kind == "weight"
+
+
+def pack_grads(params: list[Param]) -> np.ndarray | None:
+    """Make the gradients of ``params`` consecutive views of one buffer, in order, and return it
+    (None when the parameters do not share one dtype). Whoever sums or copies every gradient
+    (a replica adding its partials, the engine handing the reduced gradient to the optimizer)
+    then makes one array operation instead of one per parameter. Layers look ``param.grad`` up
+    at each backward, so the new views take over; the values are kept."""
+    if not params or len({p.data.dtype for p in params}) != 1:
+        return None
+    flat = np.empty(sum(p.data.size for p in params), params[0].data.dtype)
+    offset = 0
+    for p in params:
+        view = flat[offset:offset + p.data.size].reshape(p.data.shape)
+        np.copyto(view, p.grad)
+        p.grad = view
+        offset += p.data.size
+    return flat
+
+
+_SPANS: dict[tuple[int, ...], tuple[list, object, int, int]] = {}
+_MAX_SPANS = 16
+
+
+def span(arrays) -> np.ndarray | None:
+    """One 1-D view over ``arrays`` when they lie back to back in one buffer (C-contiguous, same
+    dtype, each starting where the previous ends), else None. Remembered per list of array
+    objects through weak references (an answer counts only while every array is alive, so their
+    ids are still theirs; nothing is kept alive): a training step asks about the same lists every
+    time, and the check itself costs microseconds per array."""
+    key = tuple(map(id, arrays))
+    hit = _SPANS.get(key)
+    if hit is not None:
+        refs, base_ref, offset, size = hit
+        if all(r() is a for r, a in zip(refs, arrays)):
+            base = base_ref() if base_ref is not None else None
+            return None if base is None else base.reshape(-1)[offset:offset + size]
+    found = _span(arrays)
+    if len(_SPANS) >= _MAX_SPANS:
+        _SPANS.pop(next(iter(_SPANS)))
+    base_ref = offset = size = None
+    if found is not None:
+        base, offset, size = found
+        base_ref = weakref.ref(base)
+    _SPANS[key] = ([weakref.ref(a) for a in arrays], base_ref, offset, size)
+    return None if found is None else found[0].reshape(-1)[offset:offset + size]
+
+
+def _span(arrays) -> tuple[np.ndarray, int, int] | None:
+    """(base buffer, offset, size) of ``arrays`` back to back in one buffer, else None."""
+    if not arrays:
+        return None
+    first = arrays[0]
+    base, dtype = first, first.dtype
+    while base.base is not None:
+        base = base.base
+    if not isinstance(base, np.ndarray) or base.dtype != dtype or not base.flags.c_contiguous:
+        return None
+    start = first.ctypes.data
+    end = start
+    for a in arrays:
+        if a.dtype != dtype or not a.flags.c_contiguous or a.ctypes.data != end:
+            return None
+        end += a.nbytes
+    return base, (start - base.ctypes.data) // dtype.itemsize, (end - start) // dtype.itemsize

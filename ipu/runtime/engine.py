@@ -39,6 +39,7 @@ from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.replica import Replica, ReplicaResult
 from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
 from models.optim.loss_scaling import LossScaler, NonFiniteLossError
+from models.param import span
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)
@@ -233,8 +234,12 @@ class Engine:
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale
-        for p, g in zip(self.params, self.views):
-            np.copyto(p.grad, g)
+        grads = span([p.grad for p in self.params])
+        if grads is not None:  # the model's gradients are one buffer (models.param.pack_grads)
+            np.copyto(grads, self.flat)
+        else:
+            for p, g in zip(self.params, self.views):
+                np.copyto(p.grad, g)
         self.optimizer.step(lr)
         if self.emulation is not None:
             with self.times.measure("precision_emulation"):  # not the optimizer's: taken out below

@@ -33,6 +33,7 @@ from ipu.runtime.normalise import normalise
 from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.streams import ReplicaFeed
 from models.loss import softmax_cross_entropy
+from models.param import span
 
 
 @dataclass
@@ -166,6 +167,9 @@ class _ReplicaBase:
 
     def _add_partials(self, grads: Sequence[np.ndarray], partials: Sequence[np.ndarray]) -> None:
         """Add this replica's gradients into the engine's buffers (rounded to float16 first if emulated)."""
+        flat_grads, flat_partials = span(grads), span(partials)
+        if flat_grads is not None and flat_partials is not None and flat_grads.size == flat_partials.size:
+            grads, partials = [flat_grads], [flat_partials]  # each one buffer: one operation
         for partial in partials:
             self._round(partial)
         with self.times.measure("gradient_sum"):

@@ -16,6 +16,10 @@ with the norms taken on the raw gradient, before weight decay. Parameters with
 ``decays == False`` (norm scales/offsets, biases: TF's skip list ``beta, gamma, bias``) get
 plain momentum with the raw learning rate: no trust ratio, no weight decay.
 
+Float32 and float64 parameters take one compiled call for all of them (``_kernels.py``: the same
+arithmetic in the same order, bitwise equal to the per-parameter numpy path); float16 ones (and
+``POPRUN_JIT=0``) take the per-parameter path. Norms are sums of squares accumulated in float64.
+
 The lr lives inside ``v`` (TF), not outside it (``torch.optim.SGD``: ``v <- m v + g; w -= lr v``).
 The two agree exactly while lr is constant; when the schedule changes lr, TF's velocity keeps
 the old rate's steps, which is what the Graphcore recipe trained with.
@@ -27,7 +31,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numba import typed
 
+from data._jit import ENABLED
+from models.optim import _kernels
 from models.optim.optimizer_base import Optimizer
 from models.param import Param
 
@@ -62,6 +69,47 @@ class MomentumSGD(Optimizer):
         self.lars_eta = float(lars_eta)
         self.lars_epsilon = float(lars_epsilon)
         super().__init__(params)
+        self._fused = self._bind()
+
+    def _bind(self):
+        """The typed lists the compiled step works on, or None where it cannot (mixed or float16
+        dtypes, non-contiguous arrays, ``POPRUN_JIT=0``). Holds the arrays it was built from:
+        a parameter whose ``data`` or ``grad`` is replaced by another array rebinds."""
+        if not ENABLED or not self.params:
+            return None
+        dtype = self.params[0].data.dtype
+        arrays = [(p.data, p.grad, self.state[p.name]["momentum"]) for p in self.params]
+        if dtype not in (np.float32, np.float64) or any(
+                a.dtype != dtype or not a.flags.c_contiguous for trio in arrays for a in trio):
+            return None
+        ws, gs, vs = (typed.List([trio[k].reshape(-1) for trio in arrays]) for k in range(3))
+        decays = np.array([p.decays for p in self.params])
+        return {"arrays": arrays, "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
+                "lars": decays & (self.lars_eta > 0.0), "decay_terms": decays & (self.weight_decay != 0.0),
+                "norms": np.zeros((len(self.params), 2)),
+                "consts": np.array([self.weight_decay, self.momentum], dtype)}
+
+    def step(self, lr: float) -> None:
+        fused = self._fused
+        if fused is not None and not all(a is p.data and b is p.grad for (a, b, _), p in
+                                         zip(fused["arrays"], self.params)):
+            fused = self._fused = self._bind()
+        if fused is None:
+            super().step(lr)
+            return
+        self.check_lr(lr)
+        self.num_updates += 1
+        scaled = np.full(len(self.params), lr)
+        if fused["lars"].any():
+            _kernels.norms_into(fused["ws"], fused["gs"], fused["lars"], fused["norms"])
+            w_norm, g_norm = np.sqrt(fused["norms"][:, 0]), np.sqrt(fused["norms"][:, 1])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                trust = np.where((w_norm > 0.0) & (g_norm > 0.0),
+                                 self.lars_eta * w_norm / (g_norm + self.weight_decay * w_norm + self.lars_epsilon),
+                                 1.0)
+            scaled = np.where(fused["lars"], lr * trust, scaled)
+        _kernels.momentum_apply(fused["ws"], fused["gs"], fused["vs"], scaled.astype(fused["dtype"]),
+                                fused["decay_terms"], fused["consts"], self.nesterov)
 
     def init_state(self, param: Param) -> dict[str, np.ndarray]:
         return {"momentum": np.zeros_like(param.data)}
@@ -96,9 +144,9 @@ class MomentumSGD(Optimizer):
 
 
 def _l2_norm(x: np.ndarray, f32_scratch: np.ndarray | None) -> float:
-    """||x||_2 as a Python float; float16 input is widened into ``f32_scratch`` first."""
+    """||x||_2 as a Python float, squares summed in float64; float16 input is widened into
+    ``f32_scratch`` first."""
     if f32_scratch is not None:
         np.copyto(f32_scratch, x)
         x = f32_scratch
-    flat = x.reshape(-1)
-    return math.sqrt(float(np.dot(flat, flat)))
+    return math.sqrt(_kernels.sum_squares(np.ascontiguousarray(x).reshape(-1)))

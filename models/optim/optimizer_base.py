@@ -49,14 +49,18 @@ class Optimizer:
 
     def step(self, lr: float) -> None:
         """Apply one update to every parameter with learning rate ``lr`` (from the schedule)."""
+        self.check_lr(lr)
+        self.num_updates += 1
+        for p in self.params:
+            self.update(p, self.state[p.name], lr)
+
+    @staticmethod
+    def check_lr(lr: float) -> None:
         if not math.isfinite(lr) or lr < 0.0:
             raise ValueError(
                 f"learning rate {lr!r} is not a finite number >= 0; check the schedule "
                 "(base_lr, warmup, end_ratio) that produced it"
             )
-        self.num_updates += 1
-        for p in self.params:
-            self.update(p, self.state[p.name], lr)
 
     def scratch(self, param: Param, index: int, dtype: np.dtype | None = None) -> np.ndarray:
         """A preallocated temporary shaped like ``param.data`` (contents undefined)."""

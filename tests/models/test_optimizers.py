@@ -335,3 +335,38 @@ def test_float16_weights_follow_the_float64_update(name):
     for h, f in zip(half, full):
         assert h.data.dtype == np.float16 and opt_half.state[h.name]["momentum"].dtype == np.float16
         np.testing.assert_allclose(h.data.astype(np.float64), f.data, rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- the compiled momentum step
+MOMENTUM_RULES = [dict(name="sgd", momentum=0.9, weight_decay=0.01), dict(name="nesterov", momentum=0.8),
+                  dict(name="lars", momentum=0.9, weight_decay=5e-5), dict(name="lars", momentum=0.0, lars_epsilon=1e-3)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rule", MOMENTUM_RULES, ids=lambda r: r["name"])
+def test_the_compiled_step_is_bitwise_the_per_parameter_one(rule, dtype):
+    fused_params, plain_params = make_params(dtype=dtype), make_params(dtype=dtype)
+    fused, plain = (make_optimizer(OptimConfig(**rule), ps) for ps in (fused_params, plain_params))
+    assert fused._fused is not None
+    plain._fused = None  # the numpy expressions, one parameter at a time
+    for step, lr in enumerate(LRS):
+        set_grads(fused_params, step)
+        set_grads(plain_params, step)
+        fused.step(lr)
+        plain.step(lr)
+        for a, b in zip(fused_params, plain_params):
+            assert a.data.tobytes() == b.data.tobytes(), (a.name, step)
+            assert fused.state[a.name]["momentum"].tobytes() == plain.state[b.name]["momentum"].tobytes()
+    assert fused.num_updates == plain.num_updates == len(LRS)
+
+
+def test_the_compiled_step_follows_a_parameter_whose_arrays_were_replaced():
+    params = make_params(dtype=np.float32)
+    opt = make_optimizer(OptimConfig(name="lars", momentum=0.9), params)
+    params[0].data = params[0].data.copy()  # a new array: the old typed list would update a stale one
+    set_grads(params, 0)
+    before = params[0].data.copy()
+    opt.step(0.5)
+    assert not np.array_equal(params[0].data, before)
+    with pytest.raises(ValueError, match="learning rate nan is not a finite number"):
+        opt.step(float("nan"))
