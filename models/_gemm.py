@@ -15,7 +15,6 @@ import ctypes
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 
 from models import _blas_kernels as B
@@ -108,7 +107,7 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
     n = b.shape[1]
     by_columns = m < threads * _MIN_PART
     parts = max(1, min(threads, (n if by_columns else m) // _MIN_PART))
-    numba.set_num_threads(parts)
+    _jit.use_threads(parts)
     B.gemm(a.dtype == np.float64, la[0], lb[0], m, n, k, a.ctypes.data, la[1], b.ctypes.data, lb[1],
            out.ctypes.data, lc[1], parts, by_columns)
     return True

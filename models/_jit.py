@@ -21,6 +21,7 @@ two), as BLAS does.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numba
 
@@ -46,6 +47,18 @@ def get_num_threads() -> int:
     return _max_threads
 
 
+_in_use = threading.local()  # the count this Python thread last gave numba
+
+
+def use_threads(n: int) -> None:
+    """``numba.set_num_threads(n)`` for the calling thread, skipped when ``n`` is already set (a
+    step launches thousands of kernels; numba's call costs microseconds each). Every kernel
+    launch in ``models/`` goes through here, so the remembered count is the real one."""
+    if getattr(_in_use, "n", 0) != n:
+        numba.set_num_threads(n)
+        _in_use.n = n
+
+
 def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
     """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
     parallel one runs on one thread when its first array has fewer than ``min_elems`` elements
@@ -60,7 +73,7 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: in
 
         @functools.wraps(fn)
         def launch(*args):
-            numba.set_num_threads(1 if args[0].size < min_elems else _max_threads)
+            use_threads(1 if args[0].size < min_elems else _max_threads)
             return compiled(*args)
 
         launch.compiled = compiled
@@ -69,4 +82,5 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: in
     return wrap
 
 
-__all__ = ["ENABLED", "PARALLEL_MIN_ELEMS", "get_num_threads", "is_enabled", "jit", "prange", "set_num_threads"]
+__all__ = ["ENABLED", "PARALLEL_MIN_ELEMS", "get_num_threads", "is_enabled", "jit", "prange", "set_num_threads",
+           "use_threads"]
