@@ -7,6 +7,7 @@ IPU-POD could run is refused unless ``ipu.check_fit`` is off, which logs why the
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,7 +97,10 @@ def test_out_of_memory_stops_every_instance_under_the_launcher(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-2000:]
-    assert "poprun_py: instance" in out and "failed" in out and "exit code 2" in out
-    for i in (0, 1):
-        assert f"[{i}/2] ERROR launch.train: IpuOutOfMemoryError: Out of memory on tile" in out, out[-3000:]
+    failed = re.search(r"poprun_py: instance (\d) of 2 failed .*: exit code 2", out)
+    assert failed, out[-2000:]
+    # each instance compiles and checks the fit on its own; the first to fail is named, and the launcher
+    # then stops the other, which on a busy machine may not have got as far as its own report
+    reported = [i for i in (0, 1) if f"[{i}/2] ERROR launch.train: IpuOutOfMemoryError: Out of memory on tile" in out]
+    assert int(failed.group(1)) in reported, out[-3000:]
     assert not (tmp_path / "metrics.jsonl").exists()
