@@ -63,7 +63,8 @@ def summarise(study: Study, rows: list[dict]) -> list[Summary]:
         lr, note = _chosen(study, g, mine, chosen)
         chosen[g.key] = lr
         ok = tuple(sorted((r for r in mine if r.get("status") == "ok" and r["lr"] == lr), key=lambda r: r["seed"]))
-        out.append(Summary(g, lr, note, ok, sum(1 for r in mine if r.get("status") != "ok")))
+        # failures at the chosen rate; a sweep candidate that failed shows in the sweep table
+        out.append(Summary(g, lr, note, ok, sum(1 for r in mine if r.get("status") != "ok" and r.get("lr") == lr)))
     return out
 
 

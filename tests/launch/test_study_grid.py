@@ -107,3 +107,18 @@ def test_pca_plane_recovers_a_planar_path():
     xs, ys = grid_axes([xy], 5, 0.25)
     assert xs[0] < xy[:, 0].min() and xs[-1] > xy[:, 0].max() and len(ys) == 5
     assert snapshot_every(100, 24) == 4 and snapshot_every(5, 24) == 1
+
+
+def test_a_summary_counts_the_failures_at_the_chosen_rate_only():
+    from launch.study_report import summarise
+
+    study = _study(batches=[8], seeds=[0, 1])
+    def row(lr, seed, phase, status="ok", acc=0.8):
+        return {"id": f"base/sgd/b8/lr{lr:.4g}/s{seed}", "lr": lr, "seed": seed, "phase": phase, "status": status,
+                "final_val_accuracy": acc, "final_val_loss": 1 - acc}
+    rows = [row(0.0125, 0, "sweep", acc=0.7), row(0.05, 0, "sweep", acc=0.85), row(0.2, 0, "sweep", "failed"),
+            row(0.05, 1, "seeds", acc=0.83)]
+    s = next(x for x in summarise(study, rows) if x.group.arm.name == "sgd")
+    assert s.lr == 0.05 and len(s.rows) == 2 and s.failed == 0  # the diverged candidate is the sweep's
+    s = next(x for x in summarise(study, rows[:3] + [row(0.05, 1, "seeds", "failed")]) if x.group.arm.name == "sgd")
+    assert len(s.rows) == 1 and s.failed == 1
