@@ -12,6 +12,7 @@ continues the run.
 from __future__ import annotations
 
 import signal
+import time
 
 from slurm_cluster import leftover_processes
 from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, signal_pending,
@@ -51,6 +52,11 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
     # waits for exactly that instead, then releases the job.
     wait_until(lambda: not [p for p in leftover_processes(slurm.root) if p.name() == "slurmstepd"], 60,
                "the first run's slurmstepd processes to exit")
+    # slurmd revoked the first run's job credential when the job ended, with a timestamp in whole
+    # seconds, and refuses a credential created in that same second ("Job N already killed, do not
+    # launch batch job": the job then fails with exit code 1). Relaunch from the next second on.
+    ended = time.time()
+    wait_until(lambda: int(time.time()) > int(ended), 5, "the second in which the first run ended to pass")
     for command in (["requeue", str(job)], ["update", f"JobId={job}", "StartTime=now"]):
         done = slurm.run("scontrol", *command)
         assert done.returncode == 0, done.stderr
