@@ -26,7 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_models import _cpu_model  # noqa: E402
+import numpy as np  # noqa: E402,F401  (loads numpy's BLAS, so the header can name its kernel)
+
+from bench.bench_models import _cpu_model, _pools, _threads_seen  # noqa: E402
 from ipu.runtime.phases import PHASES  # noqa: E402
 
 PRECISION_16 = ("ipu.precision=\"16.16\"", "ipu.emulate_precision=true", "ipu.stochastic_rounding=true",
@@ -78,6 +80,7 @@ def main() -> None:
         base = steady(args, (), Path(tmp), "32")
         emulated = steady(args, PRECISION_16, Path(tmp), "16")
     print(f"CPU: {_cpu_model()}; load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
+    print(f"numpy BLAS: {_pools(_threads_seen())}; the job's instances get one thread per CPU they own")
     print(f"config {args.config}, {args.instances} instances x {args.replicas // args.instances} replicas, "
           f"updates {args.warmup}..{args.steps} (steady state: the run to {args.steps} minus the run to "
           f"{args.warmup})")
