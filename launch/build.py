@@ -23,6 +23,7 @@ from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
 from ipu.runtime.streams import host_batches_ahead
 from launch.compile import CompiledIpu, compile_ipu
 from launch.config import TrainConfig
+from launch.preemption import STOP_SIGNALS
 from models import build_model
 from models.optim import make_optimizer
 from models.optim.ema import ExponentialMovingAverage
@@ -154,7 +155,7 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
                     total_replicas=placement.num_total_replicas, scaler=LossScaler(cfg.loss_scaling),
                     ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
                     grad_dtype=np.dtype(cfg.run.gradient_dtype),
-                    emulation=build_emulation(cfg, params, optimizer))
+                    emulation=build_emulation(cfg, params, optimizer), num_flags=len(STOP_SIGNALS))
     engine.broadcast_initial_state()
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,

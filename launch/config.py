@@ -168,6 +168,7 @@ class RunConfig:
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
     tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
+    tensorboard_every: int = 10  # updates per TensorBoard training point (their mean); metrics.jsonl has every one
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:
@@ -181,6 +182,9 @@ class RunConfig:
             raise ValueError(f"run.tensorboard={self.tensorboard!r} must be auto, true or false")
         if self.keep_checkpoints < 1:
             raise ValueError(f"run.keep_checkpoints={self.keep_checkpoints!r} must be >= 1")
+        if self.tensorboard_every < 1:
+            raise ValueError(f"run.tensorboard_every={self.tensorboard_every!r} must be >= 1 (updates per "
+                             "TensorBoard point; 1 writes every update)")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Slurm warns a job before its time limit (``#SBATCH --signal=B:USR1@120``) or on demand
 (``scancel --batch --signal=USR1 JOB``); ``poprun_py`` and ``srun`` pass SIGUSR1 on to every
 instance. The handler only records the signal. Instances receive it at different moments, so once
-per update they agree through a one-integer all-reduce (max): every instance stops after the same
+per update they agree: each instance's vote rides in the update's gradient all-reduce
+(``Engine.flags``), and before the first update of an epoch (after start-up or an evaluation,
+which can take a while) one small all-reduce asks afresh. Every instance stops after the same
 update, writes the same checkpoint and exits with status 0. ``--resume auto`` continues from it.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import signal
 import threading
+
+import numpy as np
 
 STOP_SIGNALS = (signal.SIGUSR1,)
 
@@ -34,11 +38,20 @@ class StopRequest:
 
     def agreed(self, comm) -> int:
         """The signal number if any instance has been asked to stop, else 0 (collective)."""
-        import numpy as np
+        summed = self.flags()
+        comm.allreduce(summed, op="sum")
+        return self.decide(summed)
 
-        flag = np.array([self.signum], np.int64)
-        comm.allreduce(flag, op="max")
-        return int(flag[0])
+    def flags(self) -> np.ndarray:
+        """This instance's vote, one value per stop signal (1 where it holds that one): their sum over
+        instances (``agreed``, or an update's all-reduce, ``Engine.flags``) is the decision."""
+        return np.array([float(self.signum == sig) for sig in STOP_SIGNALS])
+
+    @staticmethod
+    def decide(summed: np.ndarray) -> int:
+        """The stop signal of a summed vote (the highest signal number any instance holds), else 0."""
+        held = [sig for sig, votes in zip(STOP_SIGNALS, summed) if votes > 0]
+        return int(max(held)) if held else 0
 
 
 def signal_name(signum: int) -> str:

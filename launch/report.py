@@ -24,11 +24,13 @@ logger = logging.getLogger(__name__)
 class MetricsLog:
     """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step``.
 
-    ``tensorboard``: ``auto``, ``true`` or ``false``, see :func:`launch.tensorboard.open_tensorboard`.
+    ``tensorboard``: ``auto``, ``true`` or ``false``, see :func:`launch.tensorboard.open_tensorboard`;
+    ``tensorboard_every``: updates per TensorBoard point (their mean).
     """
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: str = "false") -> None:
-        self._tensorboard = open_tensorboard(tensorboard, run_dir, resume_step)
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: str = "false",
+                 tensorboard_every: int = 1) -> None:
+        self._tensorboard = open_tensorboard(tensorboard, run_dir, resume_step, tensorboard_every)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []

@@ -125,7 +125,8 @@ def _log_start(t: Training) -> None:
 def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
     """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
     lead = t.lead
-    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard) if lead else None
+    log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard,
+                     tensorboard_every=t.cfg.run.tensorboard_every) if lead else None
     bar = _progress_bar(t, lead)
     with _logs_around(bar):
         return _loop(t, log, bar, lead, resumed, stop, comm)
@@ -149,10 +150,15 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
     while e.step < t.total_steps:
         epoch = t.loader.position[0]
         batches = iter(t.loader)
+        first = True  # of this epoch: ask every instance afresh (start-up or an evaluation came before)
         while True:
-            if stop is not None and (signum := stop.agreed(comm)):
-                batches.close()
-                return _stopped(t, log, bar, signum)
+            if stop is not None:  # later: the votes summed by the last update's all-reduce
+                signum = stop.agreed(comm) if first else stop.decide(e.agreed_flags)
+                if signum:
+                    batches.close()
+                    return _stopped(t, log, bar, signum)
+                e.flags[:] = stop.flags()
+            first = False
             begin = time.perf_counter()
             group, waits = _next_host_call(t, batches)  # device_iterations batches, views: nothing copied
             loop.times.add("input_wait", sum(waits))

@@ -10,9 +10,11 @@ weight update:
    the gradients of ``loss_scale * mean micro-batch loss`` into ONE preallocated flat buffer (float64 by default,
    so that the order of the sum cannot change the result; views per parameter), so local replicas
    are summed in-process;
-2. one ``comm.allreduce(flat, "sum")`` across instances (:meth:`Engine.sync_gradients`);
-3. metrics (loss, correct, count) are summed across instances in one small float64 all-reduce;
-   one pass ``flat *= 1 / (total_replicas * A * loss_scale)`` makes the mean over every
+2. one ``comm.allreduce`` (sum) across instances (:meth:`Engine.sync_gradients`) of the flat
+   buffer with the step's metrics (loss sum, correct, count) and the host's flags (``flags``, e.g.
+   a stop request) appended: one collective, so one point where instances wait for each other
+   per update (with a float32 buffer the metrics and flags take a second, float64 all-reduce);
+3. one pass ``flat *= 1 / (total_replicas * A * loss_scale)`` makes the mean over every
    micro-batch of every replica and unscales it; the loss scaler judges the step (non-finite:
    stop naming the update, or with dynamic scaling skip it and lower the scale), the same
    verdict on every instance since the gradients and the loss are the same everywhere;
@@ -45,6 +47,9 @@ from poprun_py.progress import report_progress
 logger = logging.getLogger(__name__)
 
 
+_SIDE = 3  # the step's metrics in the all-reduce: loss sum, correct, count
+
+
 class WeightDivergenceError(RuntimeError):
     """Instances hold different weights: a bug, a non-deterministic kernel or corrupted memory."""
 
@@ -62,7 +67,7 @@ class StepMetrics:
     samples: int  # global batch
     compute_s: float  # local replicas' forward/backward
     sync_s: float  # the gradient all-reduce
-    update_s: float  # metrics all-reduce, mean + unscale, checks, optimizer, EMA
+    update_s: float  # mean + unscale, checks, optimizer, EMA
 
 
 def _metrics(values: dict[str, float]) -> StepMetrics:
@@ -102,12 +107,16 @@ class Engine:
     result: 1x4, 2x2 and 4x1 then give the same weights even in training regimes that amplify
     rounding differences (small-batch norms, LARS). float32 halves the all-reduce bytes and matches
     only to float32 rounding, which such regimes can amplify past 1e-5 within 20 updates.
+
+    ``num_flags`` host values ride with each update's all-reduce: the caller sets ``flags`` before
+    an update and reads their sum over instances in ``agreed_flags`` after it (every instance reads
+    the same sum), without a collective of its own.
     """
 
     def __init__(self, model, optimizer, schedule, comm, replicas: Sequence[Replica], *, grad_accum: int,
                  total_replicas: int, scaler: LossScaler, ema=None, ema_every_step: bool = False,
                  checksum_every: int = 0, grad_dtype=np.float64,
-                 emulation: PrecisionEmulation | None = None) -> None:
+                 emulation: PrecisionEmulation | None = None, num_flags: int = 0) -> None:
         if total_replicas != len(replicas) * comm.size:
             raise ValueError(f"{total_replicas} total replicas but {len(replicas)} local replicas x "
                              f"{comm.size} instances; every instance must run the same number of replicas")
@@ -118,8 +127,15 @@ class Engine:
         self.scaler, self.ema, self.ema_every_step = scaler, ema, ema_every_step
         self.checksum_every = int(checksum_every)
         self.emulation = emulation  # float16 numerics (ipu.emulate_precision); None: float32 throughout
-        self.flat = np.zeros(sum(p.data.size for p in self.params), dtype=np.dtype(grad_dtype))
+        size, grad_dtype = sum(p.data.size for p in self.params), np.dtype(grad_dtype)
+        self._fused = grad_dtype == np.float64  # metrics and flags ride in the gradient all-reduce
+        side = _SIDE + int(num_flags)
+        self._buffer = np.zeros(size + side * self._fused, dtype=grad_dtype)
+        self.flat = self._buffer[:size]  # the gradients; then [loss sum, correct, count, *flags]
+        self._side = self._buffer[size:] if self._fused else np.zeros(side, np.float64)
         self.views = flat_views(self.params, self.flat)
+        self.flags = np.zeros(int(num_flags))  # the host's values for the next update
+        self.agreed_flags = np.zeros(int(num_flags))  # their sum over instances at the last update
         self.feeds = [ReplicaFeed() for _ in self.replicas]  # one infeed view per local replica
         self.outfeed = OutfeedQueue()
         self.step = 0  # weight updates done (applied or skipped)
@@ -192,19 +208,24 @@ class Engine:
 
     def _device_step(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.flat.fill(0.0)
+        self._buffer.fill(0.0)
         local = ReplicaResult()
         with self._compute_weights():
             for replica, feed in zip(self.replicas, self.feeds):
                 local += replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
         computed = time.perf_counter()
+        side = self._side
+        side[:_SIDE] = local.loss_sum, local.correct, local.count
+        side[_SIDE:] = self.flags
         self.sync_gradients()
         synced = time.perf_counter()
         self.sync_seconds += synced - computed
         self.times.add("all_reduce", synced - computed)
         with self.times.measure("metrics"):
-            totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
-            loss, accuracy, count = float(totals[0] / totals[2]), float(totals[1] / totals[2]), int(totals[2])
+            if not self._fused:
+                self.comm.allreduce(side, op="sum")
+            self.agreed_flags[:] = side[_SIDE:]
+            loss, accuracy, count = float(side[0] / side[2]), float(side[1] / side[2]), int(side[2])
         updating, emulated = time.perf_counter(), self.times.seconds["precision_emulation"]
         lr, applied, scale = self._update(loss)
         self.step += 1
@@ -218,8 +239,9 @@ class Engine:
                 "update_s": done - synced}
 
     def sync_gradients(self) -> None:
-        """The one all-reduce (sum) of the flat buffer across instances, in place."""
-        self.comm.allreduce(self.flat, op="sum")
+        """The one all-reduce (sum) of the flat buffer, and the metrics and flags behind it when they
+        ride in it, across instances, in place."""
+        self.comm.allreduce(self._buffer, op="sum")
 
     def _check_batch(self, images: np.ndarray, labels: np.ndarray) -> None:
         want = (len(self.replicas), self.grad_accum)

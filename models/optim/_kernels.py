@@ -28,12 +28,65 @@ def sum_squares(x):
 
 
 @_compiler.jit
+def _tail_squares(w, g, start, out, i):
+    """Finish parameter i's two sums from element ``start`` on: the two chains side by side."""
+    sw, sg = out[i, 0], out[i, 1]
+    for j in range(start, w.size):
+        a = np.float64(w[j])
+        b = np.float64(g[j])
+        sw += a * a
+        sg += b * b
+    out[i, 0], out[i, 1] = sw, sg
+
+
+@_compiler.jit
 def norms_into(ws, gs, wanted, out):
-    """``out[i] = (||ws[i]||^2, ||gs[i]||^2)`` for the parameters with ``wanted[i]``."""
+    """``out[i] = (||ws[i]||^2, ||gs[i]||^2)`` for the parameters with ``wanted[i]``.
+
+    Each sum is :func:`sum_squares`' chain (float64, index order), so the values are bitwise its
+    values. A float64 add waits for the one before it, so one chain at a time runs at the adder's
+    latency; here the wanted parameters go two at a time and their four chains (two weights, two
+    gradients) advance in the same loop, which the CPU overlaps: about 4x the throughput of one.
+    """
+    first = -1
     for i in range(len(ws)):
-        if wanted[i]:
-            out[i, 0] = sum_squares(ws[i])
-            out[i, 1] = sum_squares(gs[i])
+        if not wanted[i]:
+            continue
+        out[i, 0], out[i, 1] = 0.0, 0.0
+        if first < 0:
+            first = i
+            continue
+        a, b = first, i  # a pair: four independent chains up to the shorter length
+        first = -1
+        wa, ga, wb, gb = ws[a], gs[a], ws[b], gs[b]
+        n = min(wa.size, wb.size)
+        s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+        for j in range(n):
+            x0 = np.float64(wa[j])
+            x1 = np.float64(ga[j])
+            x2 = np.float64(wb[j])
+            x3 = np.float64(gb[j])
+            s0 += x0 * x0
+            s1 += x1 * x1
+            s2 += x2 * x2
+            s3 += x3 * x3
+        out[a, 0], out[a, 1], out[b, 0], out[b, 1] = s0, s1, s2, s3
+        _tail_squares(wa, ga, n, out, a)
+        _tail_squares(wb, gb, n, out, b)
+    if first >= 0:
+        _tail_squares(ws[first], gs[first], 0, out, first)
+
+
+@_compiler.jit
+def scale_all_finite(x, factor):
+    """``x *= factor`` in place (``factor`` in x's dtype, as numpy would cast it) over a 1-D array,
+    and whether every result is finite: one pass instead of numpy's three (multiply, max, min)."""
+    bad = 0
+    for i in range(x.size):
+        v = x[i] * factor
+        x[i] = v
+        bad |= (v - v) != 0.0  # inf - inf and NaN - NaN are NaN
+    return bad == 0
 
 
 @_compiler.jit
@@ -63,4 +116,4 @@ def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov):
                 w[j] = w[j] - v[j]
 
 
-__all__ = ["momentum_apply", "norms_into", "sum_squares"]
+__all__ = ["momentum_apply", "norms_into", "scale_all_finite", "sum_squares"]

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from data._jit import ENABLED
+from models.optim import _kernels
 from models.optim.optimizer_base import StateDict, check_keys
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,9 @@ class LossScaler:
         inv = 1.0 / (divisor * self.scale)
         finite = True
         for g in grads:
+            if ENABLED and g.dtype in (np.float32, np.float64) and g.flags.c_contiguous:
+                finite &= bool(_kernels.scale_all_finite(g.reshape(-1), g.dtype.type(inv)))  # one pass
+                continue
             if inv != 1.0:
                 g *= inv
             finite = finite and all_finite(g)

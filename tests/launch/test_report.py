@@ -103,3 +103,21 @@ def test_tensorboard_true_without_the_library_names_the_install(tmp_path, monkey
         MetricsLog(tmp_path, tensorboard="true")
     MetricsLog(tmp_path, tensorboard="auto").close()  # auto: no library, no event files, no error
     assert not list(tmp_path.glob("events.out.tfevents.*"))
+
+
+def test_tensorboard_points_are_window_means_and_a_partial_window_is_kept(tmp_path):
+    pytest.importorskip("tensorboardX")
+    log = MetricsLog(tmp_path, tensorboard="true", tensorboard_every=4)
+    for step in range(6):
+        log.write({"event": "step", "step": step, "loss": float(step), "accuracy": 0.5, "lr": 0.1 * step})
+    log.write({"event": "eval", "step": 6, "epoch": 0, "val_loss": 0.25, "val_accuracy": 0.75})
+    for step in range(6, 9):
+        log.write({"event": "step", "step": step, "loss": 1.0, "accuracy": 1.0, "lr": 1.0})
+    log.close()
+    scalars = _tensorboard_scalars(tmp_path)
+    losses = {s: v for (tag, s), v in scalars.items() if tag == "train/loss"}
+    assert losses == {3: 1.5, 5: 4.5, 8: 1.0}  # steps 0-3, then 4-5 cut by the evaluation, then 6-8 at close
+    assert scalars[("train/learning_rate", 3)] == pytest.approx(0.3)  # the window's last rate, not its mean
+    assert scalars[("validation/accuracy", 6)] == 0.75
+    with pytest.raises(ValueError, match="tensorboard_every"):
+        MetricsLog(tmp_path, tensorboard="true", tensorboard_every=0)

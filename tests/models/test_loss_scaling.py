@@ -111,3 +111,24 @@ def test_all_finite():
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LossScaleConfig(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_one_pass_unscale_is_bitwise_numpys_and_finds_every_bad_value(dtype):
+    from models.optim import _kernels
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(10_001) * 1e3).astype(dtype)
+    divisor, scale = 12, 384.0
+    want = x.copy()
+    want *= 1.0 / (divisor * scale)  # numpy casts the Python float to x's dtype
+    got = x.copy()
+    assert LossScaler(LossScaleConfig(initial_scale=scale)).unscale_([got], divisor=divisor) is True
+    assert got.tobytes() == want.tobytes()
+    for where in (0, 4_567, 10_000):
+        for bad in (np.nan, np.inf, -np.inf):
+            y = x.copy()
+            y[where] = bad
+            assert not _kernels.scale_all_finite(y, dtype(0.5)), (where, bad)
+    big = np.full(5, np.finfo(dtype).max, dtype)  # finite, but the scaled value overflows
+    assert not _kernels.scale_all_finite(big, dtype(2.0))

@@ -370,3 +370,22 @@ def test_the_compiled_step_follows_a_parameter_whose_arrays_were_replaced():
     assert not np.array_equal(params[0].data, before)
     with pytest.raises(ValueError, match="learning rate nan is not a finite number"):
         opt.step(float("nan"))
+
+
+@pytest.mark.parametrize("sizes", [(7, 1000, 3, 64, 1), (5,), (300, 2, 2, 300), ()])
+def test_the_lars_norms_are_bitwise_sum_squares_whatever_the_pairing(sizes):
+    """norms_into runs two parameters' chains side by side; each sum stays sum_squares' own."""
+    from numba import typed
+
+    from models.optim import _kernels
+
+    rng = np.random.default_rng(len(sizes))
+    ws = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    gs = [rng.standard_normal(n).astype(np.float32) * 1e-3 for n in sizes]
+    wanted = np.array([i % 3 != 1 for i in range(len(sizes))], bool)  # skip some: pairs form across gaps
+    out = np.full((len(sizes), 2), -1.0)
+    if sizes:
+        _kernels.norms_into(typed.List(ws), typed.List(gs), wanted, out)
+    for i in range(len(sizes)):
+        want = (_kernels.sum_squares(ws[i]), _kernels.sum_squares(gs[i])) if wanted[i] else (-1.0, -1.0)
+        assert tuple(out[i]) == want, i
