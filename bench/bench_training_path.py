@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402,F401  (loads numpy's BLAS, so the header can na
 
 from bench.bench_models import _cpu_model, _pools, _threads_seen  # noqa: E402
 from ipu.runtime.phases import PHASES  # noqa: E402
+from launch.thread_report import describe_threads, oversubscribed_hosts  # noqa: E402
 
 PRECISION_16 = ("ipu.precision=\"16.16\"", "ipu.emulate_precision=true", "ipu.stochastic_rounding=true",
                 "loss_scaling.kind=static", "loss_scaling.initial_scale=128")
@@ -51,6 +52,7 @@ def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, fl
     out = {phase: summary[f"share_{phase}"] * summary["update_s"] for phase in PHASES}
     out["update_s"] = summary["update_s"]
     out["updates"] = summary["updates_this_run"]
+    out["threads"] = summary.get("instance_threads", [])
     if summary.get("skipped_updates"):
         print(f"note: {summary['skipped_updates']} update(s) skipped (non-finite gradients) in {run_dir.name}")
     return out
@@ -58,10 +60,11 @@ def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, fl
 
 def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, float]:
     """Phase seconds per update between update ``--warmup`` and update ``--steps``."""
+    run(args, 2, extra, tmp / f"{name}-prime")  # compiles what the numba cache lacks, outside both runs
     short = run(args, args.warmup, extra, tmp / f"{name}-short")
     long = run(args, args.steps, extra, tmp / f"{name}-long")
     updates = long["updates"] - short["updates"]
-    return {k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}
+    return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"]}
 
 
 def main() -> None:
@@ -80,7 +83,10 @@ def main() -> None:
         base = steady(args, (), Path(tmp), "32")
         emulated = steady(args, PRECISION_16, Path(tmp), "16")
     print(f"CPU: {_cpu_model()}; load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
-    print(f"numpy BLAS: {_pools(_threads_seen())}; the job's instances get one thread per CPU they own")
+    print(f"numpy BLAS here: {_pools(_threads_seen())}")
+    print(f"the job's instances (threadpoolctl inside each): {describe_threads(base['threads'])}")
+    for members, count, cpus in oversubscribed_hosts(base["threads"]):
+        print(f"WARNING: instances {members} run up to {count} threads on {cpus} CPUs: oversubscribed")
     print(f"config {args.config}, {args.instances} instances x {args.replicas // args.instances} replicas, "
           f"updates {args.warmup}..{args.steps} (steady state: the run to {args.steps} minus the run to "
           f"{args.warmup})")

@@ -46,6 +46,7 @@ from launch import checkpoint as ckpt
 from launch.build import Training, build_training
 from launch.config import distribute, load_config, placement
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
+from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
 
 logger = logging.getLogger("launch.train")
@@ -289,21 +290,27 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     info = t.train_set.info
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
                                      profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
+    threads = gather_thread_report(t.engine.comm)  # collective
     if not t.lead:
         return 0
+    for members, count, cpus in oversubscribed_hosts(threads):
+        logger.warning("Instances %s share a host of %d CPUs but run up to %d threads at once: oversubscribed "
+                       "(set OMP_NUM_THREADS / NUMBA_NUM_THREADS, or let poprun_py place the instances).",
+                       members, cpus, count)
     summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
                "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas,
                "instances": t.placement.num_instances,
                "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
-               "skipped_updates": e.scaler.skipped_steps, **_time_shares(e, loop)}
+               "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads, **_time_shares(e, loop)}
     log.write(summary)
     if cfg.run.plots:
         plot_metrics(log.records(), cfg.run.run_dir)
     log.close()
     Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(summary_text({k: v for k, v in summary.items() if k != "event"}), flush=True)
+    print(summary_text({k: v for k, v in summary.items() if k not in ("event", "instance_threads")}), flush=True)
+    print(f"Threads: {describe_threads(threads)}", flush=True)
     print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
           f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)
     if "outside_model_share" in summary:
