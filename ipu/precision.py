@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data._jit import jit, splitmix64
+from data._jit import ENABLED, hash3, jit, splitmix64
 
 FP16_MAX = 65504.0
 LOSS_SCALE = 128.0  # docs/sources.md §1.2: Graphcore CNN default --loss-scaling 128 (static)
@@ -158,3 +158,62 @@ def stochastic_round_to_fp16_(x: np.ndarray, seed: int) -> np.ndarray:
     bits = flat.view(np.uint32)
     _sr_kernel(bits, np.uint64(int(seed) % 2**64), flat, bits)
     return x
+
+
+@jit
+def _rn_all(floats, bits) -> None:
+    """:func:`_rn_kernel` over typed lists of flat float32 arrays and their uint32 views: one call."""
+    for k in range(len(floats)):
+        _rn_kernel(floats[k], bits[k])
+
+
+@jit
+def _sr_all(floats, bits, seed, update) -> None:
+    """:func:`_sr_kernel` over typed lists, array ``k`` with ``hash3(seed, update, k)`` (as
+    ``ipu.runtime.emulation.rounding_seed`` gives it): one call."""
+    for k in range(len(floats)):
+        _sr_kernel(bits[k], hash3(seed, update, k), floats[k], bits[k])
+
+
+class Float16Batch:
+    """One kernel call rounds a whole list of contiguous float32 arrays in place (the weights, the
+    optimizer state): per array, a numba call costs microseconds of dispatch, and a model has a
+    hundred tensors or more. The typed lists are built once and rebuilt when the list holds other
+    arrays (a parameter whose ``data`` was replaced); the arrays are held, so an id stays theirs."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, ...] | None = None
+        self._held: list[np.ndarray] = []
+        self._lists = None
+
+    def _bind(self, arrays: list[np.ndarray]):
+        key = tuple(map(id, arrays))
+        if key != self._key:
+            if not ENABLED or not all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays) or not arrays:
+                self._lists = None
+            else:
+                from numba import typed
+
+                flats = [a.reshape(-1) for a in arrays]
+                self._lists = (typed.List(flats), typed.List([f.view(np.uint32) for f in flats]))
+            self._key, self._held = key, list(arrays)
+        return self._lists
+
+    def round_(self, arrays: list[np.ndarray]) -> None:
+        """Every array to its nearest float16 values (:func:`round_to_fp16_` on each)."""
+        lists = self._bind(arrays)
+        if lists is None:
+            for a in arrays:
+                round_to_fp16_(a)
+        else:
+            _rn_all(*lists)
+
+    def stochastic_round_(self, arrays: list[np.ndarray], seed: int, update: int) -> None:
+        """Array ``k`` stochastically, seeded ``hash3(seed, update, k)`` (:func:`stochastic_round_to_fp16_`)."""
+        lists = self._bind(arrays)
+        if lists is None:
+            for k, a in enumerate(arrays):
+                stochastic_round_to_fp16_(a, int(hash3(int(seed), int(update), k)))
+        else:
+            _sr_all(*lists, np.int64(seed), np.int64(update))
+

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ipu.precision import PrecisionMode, get_precision, round_to_fp16_, stochastic_round_to_fp16_
+from ipu.precision import Float16Batch, PrecisionMode, get_precision, round_to_fp16_
 from data._jit import hash3
 
 def rounding_seed(seed: int, update: int, param_index: int) -> int:
@@ -70,6 +70,7 @@ class PrecisionEmulation:
                                  "float16 emulation rounds contiguous float32 weights in place")
         self.seed, self.stochastic_rounding = int(seed), bool(stochastic_rounding)
         self.rounder = HalfRounder()
+        self._weights, self._state = Float16Batch(), Float16Batch()  # one kernel call per list
         # 16.32: the float32 masters, saved here while the compute runs on rounded copies
         self._masters = [np.empty_like(p.data) for p in self.params] if not self.half_weights else []
 
@@ -81,7 +82,7 @@ class PrecisionEmulation:
     def store_initial(self) -> None:
         """At start (after the broadcast): ``16.16`` stores the weights and state in float16 (nearest)."""
         if self.half_weights:
-            self.rounder.round_all_(p.data for p in self.params)
+            self._weights.round_([p.data for p in self.params])
             self._round_optimizer_state()
 
     @contextlib.contextmanager
@@ -103,7 +104,7 @@ class PrecisionEmulation:
         if not self.half_weights:
             for p, master in zip(self.params, self._masters):
                 np.copyto(master, p.data)
-        self.rounder.round_all_(p.data for p in self.params)
+        self._weights.round_([p.data for p in self.params])
 
     def restore_masters(self) -> None:
         """Leave :meth:`compute_weights`: ``16.32`` puts the float32 masters back."""
@@ -116,18 +117,16 @@ class PrecisionEmulation:
         stochastically rounded (seeded by run seed, update, parameter index), and the state to nearest."""
         if not self.half_weights:
             return
-        for i, p in enumerate(self.params):
-            if self.stochastic_rounding:
-                stochastic_round_to_fp16_(p.data, rounding_seed(self.seed, update, i))
-            else:
-                self.rounder.round_(p.data)
+        weights = [p.data for p in self.params]
+        if self.stochastic_rounding:  # parameter i draws from rounding_seed(seed, update, i)
+            self._weights.stochastic_round_(weights, self.seed, update)
+        else:
+            self._weights.round_(weights)
         self._round_optimizer_state()
 
     def _round_optimizer_state(self) -> None:
-        for slots in self.optimizer.state.values():
-            for arr in slots.values():
-                if arr.dtype == np.float32:
-                    self.rounder.round_(arr)
+        self._state.round_([arr for slots in self.optimizer.state.values() for arr in slots.values()
+                            if arr.dtype == np.float32])
 
 
 def is_float16(x: np.ndarray) -> bool:

@@ -86,3 +86,32 @@ def test_modes_and_bad_name():
     assert [PRECISIONS[m].half_compute for m in ("32.32", "16.32", "16.16")] == [False, True, True]
     with pytest.raises(ValueError, match="32.32, 16.32, 16.16"):
         get_precision("8.8")
+
+
+def test_a_batch_rounds_bitwise_as_one_call_per_array_and_follows_replaced_arrays():
+    from ipu.precision import Float16Batch, round_to_fp16_
+    from ipu.runtime.emulation import rounding_seed
+
+    rng = np.random.default_rng(11)
+
+    def arrays():
+        # normals, float16 subnormals, zeros, an overflow, and a 2-D array
+        return [rng.standard_normal(n).astype(np.float32) * s for n, s in ((1000, 1.0), (37, 1e-6), (5, 0.0))] + [
+            np.array([7e4, -1e5, 3.0], np.float32), rng.standard_normal((9, 4)).astype(np.float32)]
+
+    batch = Float16Batch()
+    for update in (0, 1, 7):
+        got = arrays()
+        want = [a.copy() for a in got]
+        batch.stochastic_round_(got, seed=5, update=update)
+        for k, a in enumerate(want):
+            stochastic_round_to_fp16_(a, rounding_seed(5, update, k))
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+        got = arrays()  # new arrays: the batch rebinds
+        want = [round_to_fp16_(a.copy()) for a in got]
+        batch.round_(got)
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+    strided = np.arange(12, dtype=np.float32)[::2] + np.float32(0.3)  # not contiguous: the per-array path
+    want = strided.astype(np.float16).astype(np.float32)
+    batch.round_([strided])
+    np.testing.assert_array_equal(strided, want)
