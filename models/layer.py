@@ -12,6 +12,7 @@ One forward may be in flight per layer: call ``backward`` before the next traini
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -48,7 +49,7 @@ class GradPool:
 
     def take(self, shape: Shape, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         fits = [size for size, free in self._free.items() if size >= nbytes and free]
         if fits:
             buf = self._free[min(fits)].pop()
@@ -129,7 +130,7 @@ class Layer:
         for the same ``slot``: for scratch used within one call (weight copies, partial sums),
         never for what backward needs. Its memory is the largest request, not one per layer."""
         dtype = self.dtype if dtype is None else np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         bufs = _arena.__dict__.setdefault("bufs", {})
         buf = bufs.get(slot)
         if buf is None or buf.nbytes < nbytes:
