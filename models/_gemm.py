@@ -7,6 +7,14 @@ product run here switches numpy's OpenBLAS to one thread (process-wide, via its
 rows (or of columns, when there are few rows) over ``get_num_threads()`` threads: numba's own,
 each calling ``cblas_?gemm`` from a parallel loop (``_blas_kernels``), when numpy's OpenBLAS
 exports it; otherwise a pool of Python threads (numpy releases the GIL; idle threads block).
+
+**The blocks depend on the shapes only, never on the thread count.** OpenBLAS's result for an
+element depends on the call it was computed in (its kernels differ with the block's size and
+layout: a product and its two halves differ in the last bits), so a split chosen per thread count
+would make a run's numbers depend on how many CPUs each instance got, and 1 x 4 replicas would no
+longer match 2 x 2 on a 2-CPU host. So every product of at least ``_MIN_WORK`` multiply-adds goes
+in blocks of about ``_BLOCK_WORK`` (at most ``_MAX_PARTS``), whatever the threads, and one thread
+runs the same blocks one after another (tested: 1 and 2 threads agree bitwise).
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ logger = logging.getLogger(__name__)
 _MIN_ROWS = 8192  # reductions over fewer rows than this are not split into partial sums
 _MIN_WORK = 1 << 20  # multiply-adds below which one BLAS call on the caller's thread is cheaper
 _MIN_PART = 16  # rows per part at least
+_BLOCK_WORK = 1 << 22  # multiply-adds per block of a split product (about 0.1 ms of sgemm)
+_MAX_PARTS = 64  # blocks of one product at most
+_MAX_PARTIALS = 4  # partial sums of a long reduction without numba's BLAS (the Python pool's path)
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _blas: list[str] = []  # "<library> (<kernel>)" for each OpenBLAS switched to one thread
@@ -105,34 +116,48 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
         return False
     m, k = a.shape
     n = b.shape[1]
-    by_columns = m < threads * _MIN_PART
-    parts = max(1, min(threads, (n if by_columns else m) // _MIN_PART))
-    _jit.use_threads(parts)
+    parts, by_columns = split(m, n, k)
+    _jit.use_threads(max(1, min(parts, threads)))
     B.gemm(a.dtype == np.float64, la[0], lb[0], m, n, k, a.ctypes.data, la[1], b.ctypes.data, lb[1],
            out.ctypes.data, lc[1], parts, by_columns)
     return True
+
+
+def split(m: int, n: int, k: int) -> tuple[int, bool]:
+    """(blocks, by columns) of an [m, k] @ [k, n] product: rows of c in blocks of about
+    ``_BLOCK_WORK`` multiply-adds (at least ``_MIN_PART`` rows), or columns when the rows make one
+    block. A function of the shape alone (see the module docstring)."""
+    rows = max(1, min(_MAX_PARTS, m // max(_MIN_PART, _BLOCK_WORK // max(n * k, 1))))
+    if rows > 1 or m * n * k < _MIN_WORK:
+        return rows, False
+    cols = max(1, min(_MAX_PARTS, n // max(_MIN_PART, _BLOCK_WORK // max(m * k, 1))))
+    return cols, cols > 1
 
 
 def _blocks(m: int, parts: int) -> list[slice]:
     return [slice(i * m // parts, (i + 1) * m // parts) for i in range(parts)]
 
 
-def _parts(rows: int, work: int) -> int:
-    """How many pool threads a product of ``rows`` output rows and ``work`` multiply-adds uses."""
-    return 1 if work < _MIN_WORK else max(1, min(_pool_size, rows // _MIN_PART))
+def _pool_blocks(pool, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = a @ b through numpy, in :func:`split`'s blocks, on the Python pool (or in turn)."""
+    parts, by_columns = split(a.shape[0], b.shape[1], a.shape[1])
+    if parts == 1:
+        return np.matmul(a, b, out=out)
+    if by_columns:
+        def one(s): np.matmul(a, b[:, s], out=out[:, s])
+    else:
+        def one(s): np.matmul(a[s], b, out=out[s])
+    blocks = _blocks(b.shape[1] if by_columns else a.shape[0], parts)
+    list(pool.map(one, blocks)) if pool is not None else [one(s) for s in blocks]
+    return out
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out = a @ b for 2-D a [M, K] (rows split across the threads)."""
+    """out = a @ b for 2-D a [M, K] (in blocks of rows or columns over the threads)."""
     pool = _workers()
-    work = a.shape[0] * a.shape[1] * b.shape[1]
-    if _pool_size > 1 and work >= _MIN_WORK and _numba_gemm(a, b, out, _pool_size):
+    if a.shape[0] * a.shape[1] * b.shape[1] >= _MIN_WORK and _numba_gemm(a, b, out, _pool_size):
         return out
-    parts = _parts(a.shape[0], work) if pool is not None else 1
-    if parts == 1:
-        return np.matmul(a, b, out=out)
-    list(pool.map(lambda s: np.matmul(a[s], b, out=out[s]), _blocks(a.shape[0], parts)))
-    return out
+    return _pool_blocks(pool, a, b, out)
 
 
 def matmul_tn(a: np.ndarray, b: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
@@ -141,20 +166,18 @@ def matmul_tn(a: np.ndarray, b: np.ndarray, out: np.ndarray, scratch: np.ndarray
     is a [threads, P, Q] buffer."""
     pool = _workers()
     m, p, q = a.shape[0], a.shape[1], b.shape[1]
-    if _pool_size > 1 and m * p * q >= _MIN_WORK and _numba_gemm(a.T, b, out, _pool_size):
+    if m * p * q >= _MIN_WORK and _numba_gemm(a.T, b, out, _pool_size):
         return out
-    if pool is None or m * p * q < _MIN_WORK:
+    if m * p * q < _MIN_WORK:
         return np.matmul(a.T, b, out=out)
-    if m >= _MIN_ROWS:
-        parts = _blocks(m, _pool_size)
-        list(pool.map(lambda i: np.matmul(a[parts[i]].T, b[parts[i]], out=scratch[i]), range(len(parts))))
+    if m >= _MIN_ROWS:  # partial products over row blocks (their count from the shape), then summed
+        parts = _blocks(m, min(_MAX_PARTIALS, m // _MIN_ROWS, scratch.shape[0]))
+
+        def one(i): np.matmul(a[parts[i]].T, b[parts[i]], out=scratch[i])
+        list(pool.map(one, range(len(parts)))) if pool is not None else [one(i) for i in range(len(parts))]
         np.sum(scratch[:len(parts)], axis=0, out=out)
         return out
-    n = _parts(p, m * p * q)
-    if n == 1:
-        return np.matmul(a.T, b, out=out)
-    list(pool.map(lambda s: np.matmul(a[:, s].T, b, out=out[s]), _blocks(p, n)))
-    return out
+    return _pool_blocks(pool, a.T, b, out)
 
 
 def matmul_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -167,4 +190,5 @@ def matmul_batched(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def scratch_shape(p: int, q: int) -> tuple[int, int, int]:
-    return max(_jit.get_num_threads(), 1), p, q
+    """The ``scratch`` of :func:`matmul_tn` for a [p, q] result (not sized by the thread count)."""
+    return _MAX_PARTIALS, p, q

@@ -30,6 +30,9 @@ from models.param import Param
 from models.profile import ConvShape
 
 _DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
+# Partial sums of the direct kernels' weight gradient (summed in chunk order): a constant, so that the
+# result does not depend on the thread count (each thread takes whole chunks).
+_WGRAD_CHUNKS = 4
 _DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel,
 _DIRECT_WGRAD_ROWS = 8192  # and so do those summed over at least this many pixels
 
@@ -164,7 +167,7 @@ class Conv2d(Layer):
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
         n, ho, wo = dy5.shape[:3]
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
-        chunks = max(1, min(2 * _jit.get_num_threads(), n * -(-ho // block)))
+        chunks = max(1, min(_WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see _WGRAD_CHUNKS
         cg = x5.shape[4]
         cb = D.channel_block(D.vec_for(dy5.shape[4]))
         cgp = -(-cg // cb) * cb
@@ -183,7 +186,7 @@ class Conv2d(Layer):
         # matrices from ~64 x 128). A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
         # keeps a run's accumulators in registers), with enough runs for every thread.
         m = dy2.shape[0]
-        run = max(d for d in range(1, min(128, max(m // (4 * _jit.get_num_threads()), 1)) + 1) if m % d == 0)
+        run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
         small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
         if small and D.vec_for(self.cin):

@@ -94,6 +94,26 @@ def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path)
             np.testing.assert_allclose(state[key], base_state[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs: one instance with 2 threads")
+def test_one_instance_with_two_threads_trains_bitwise_like_two_with_one(tmp_path):
+    """poprun_py gives an instance one thread per CPU it owns: on 2 CPUs, 1 x 4 computes with 2
+    threads and 2 x 2 with 1 each; no split of the work may depend on that (models/_gemm.py)."""
+    args = [*TOPOLOGY, "--set", "run.max_steps=6", "--set", "data.augment=false", "--set", "ipu.prefetch_depth=1"]
+    free = {k: v for k, v in env().items() if not k.endswith("_NUM_THREADS")}  # the launcher decides
+    states = []
+    for instances in (1, 2):
+        run_dir = tmp_path / f"{instances}x{4 // instances}"
+        cmd = [sys.executable, "-m", "poprun_py", "--num-instances", str(instances), "--num-replicas", "4",
+               sys.executable, "-m", "launch.train", *args, "--set", f"run.run_dir={run_dir}"]
+        ok(subprocess.run(cmd, cwd=ROOT, env=free, capture_output=True, text=True, timeout=240))
+        states.append(final_state(run_dir, 6))
+    threads = [json.loads((tmp_path / d / "summary.json").read_text())["instance_threads"] for d in ("1x4", "2x2")]
+    assert [t["numba"] for t in threads[0]] == [2] and [t["numba"] for t in threads[1]] == [1, 1]
+    for key in states[0]:
+        if key.startswith(("model/", "optim/")):
+            np.testing.assert_array_equal(states[1][key], states[0][key], err_msg=key)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("uninterrupted")

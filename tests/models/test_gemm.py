@@ -1,4 +1,5 @@
-"""models._gemm: products split over threads (rows, columns, transposed operands) equal numpy's."""
+"""models._gemm: products split in blocks (rows, columns, transposed operands) equal numpy's, and
+the blocks, so the numbers, do not depend on the thread count."""
 
 from __future__ import annotations
 
@@ -24,8 +25,17 @@ def two_threads(monkeypatch):
     _jit.set_num_threads(old)
 
 
-# (M, K, N): split by rows; few rows (split by columns); odd sizes
-SHAPES = [(4099, 64, 48), (24, 700, 300), (37, 1500, 33)]
+# (M, K, N): split by rows; few rows (split by columns); one block; odd sizes
+SHAPES = [(4099, 64, 48), (24, 2000, 3000), (24, 700, 300), (37, 1500, 33)]
+
+
+def test_the_split_is_a_function_of_the_shape():
+    assert _gemm.split(4099, 48, 64) == (3, False)  # 1365-row blocks (4 Mi multiply-adds each)
+    assert _gemm.split(24, 3000, 2000) == (34, True)  # too few rows: 87-column blocks
+    assert _gemm.split(37, 33, 1500) == (1, False)
+    assert _gemm.split(100352, 96, 96) == (64, False)  # capped at 64 blocks
+    assert _gemm.split(96, 96, 100352) == (6, False)  # a long reduction: 16-row blocks of the result
+    assert _gemm.split(3136, 48, 8) == (1, False)  # 1.2 M multiply-adds: one call
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -44,8 +54,8 @@ def test_matmul_split_equals_numpy(two_threads, dtype, m, k, n):
     out = np.empty((m, n), dtype)
     _gemm.matmul(wide[:, :k], b, out)
     np.testing.assert_allclose(out, a @ b, rtol=tol, atol=tol * np.sqrt(k))
-    if _gemm._numba_blas:  # every product ran on numba's threads, in two parts, by columns when rows are few
-        assert two_threads == [(2, m < 32)] * 4
+    if _gemm._numba_blas:  # every product ran on numba's threads, in split()'s blocks
+        assert two_threads == [_gemm.split(m, n, k)] * 4
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -67,3 +77,25 @@ def test_operand_layouts():
     assert _gemm._layout(np.zeros((6, 9), np.float32)[:, :4]) == (111, 9)
     assert _gemm._layout(x[::2]) == (111, 8)
     assert _gemm._layout(np.zeros((6, 8), np.float32)[:, ::2]) is None  # not readable by BLAS: numpy does it
+
+
+@pytest.mark.parametrize("m,k,n", [(4099, 64, 48), (24, 2000, 3000), (3136, 8, 48)])
+def test_one_and_two_threads_give_bitwise_the_same_products(m, k, n):
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs NUMBA_NUM_THREADS >= 2")
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k)).astype(np.float32).T  # a weight's transposed view, as the layers pass it
+    old, got = _jit.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            _jit.set_num_threads(threads)
+            out = np.empty((m, n), np.float32)
+            tn = np.empty((k, n), np.float32)
+            _gemm.matmul(a, b, out)
+            _gemm.matmul_tn(a, out, tn,
+                            np.empty(_gemm.scratch_shape(k, n), np.float32))
+            got.append((out.tobytes(), tn.tobytes()))
+    finally:
+        _jit.set_num_threads(old)
+    assert got[0] == got[1]
