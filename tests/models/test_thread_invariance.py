@@ -42,3 +42,30 @@ def test_one_and_two_threads_train_bitwise_alike(name, res, options):
     assert runs[0][0] == runs[1][0], "forward"
     differ = [k for k in runs[0][1] if runs[0][1][k] != runs[1][1][k]]
     assert not differ, f"gradients that depend on the thread count: {differ[:5]}"
+
+
+@pytest.mark.parametrize("cin,cout,k,groups,shape", [
+    (96, 96, 1, 1, (32, 56, 56)),  # a long pointwise product (100,352 rows)
+    (16, 512, 1, 1, (8, 14, 14)),  # few input channels into many
+    (512, 16, 1, 1, (8, 14, 14)),
+    (96, 96, 3, 6, (8, 28, 28)),  # G16
+    (96, 96, 3, 96, (8, 28, 28)),  # depthwise
+])
+def test_a_convolution_computes_bitwise_alike_on_one_and_two_threads(cin, cout, k, groups, shape):
+    from models.conv import Conv2d
+
+    rng = np.random.default_rng(cin + cout)
+    x = rng.standard_normal((*shape, cin)).astype(np.float32)
+    old, runs = models.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            models.set_num_threads(threads)
+            conv = Conv2d("c", "b", cin, cout, k, 1, "symmetric", groups)
+            conv.weight.data[...] = np.random.default_rng(7).standard_normal(conv.weight.data.shape)
+            y = conv.forward(x, True)
+            dy = np.random.default_rng(8).standard_normal(y.shape).astype(np.float32)
+            dx = conv.backward(dy)
+            runs.append((y.tobytes(), dx.tobytes(), conv.weight.grad.tobytes()))
+    finally:
+        models.set_num_threads(old)
+    assert [a == b for a, b in zip(*runs)] == [True, True, True]  # y, dx, dw
