@@ -3,7 +3,9 @@
 Weights are stored OIHW (``[Cout, Cin/groups, KH, KW]``), exactly as in a PyTorch
 state_dict, so parameters and gradients need no conversion. Three paths:
 
-* pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view;
+* pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view, through
+  BLAS or, for the shapes where it is faster, a register-blocked numba kernel
+  (``_pointwise_kernels.py``; the rule is ``suits``);
 * depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
   on the ``[N, H, W, G, Cg]`` view, no im2col (``_direct_conv_kernels.py``); the input gradient
@@ -24,6 +26,7 @@ import numpy as np
 
 from models import _conv_kernels as K
 from models import _direct_conv_kernels as D
+from models import _pointwise_kernels as P
 from models import _gemm, _jit
 from models.layer import Layer, Shape
 from models.param import Param
@@ -120,8 +123,14 @@ class Conv2d(Layer):
         y = self._buf("y", (n, ho, wo, self.cout))
         if self.path == "pointwise":
             self.x = x  # kept for the weight gradient
-            _gemm.matmul(x.reshape(-1, self.cin), self.weight.data.reshape(self.cout, self.cin).T,
-                         y.reshape(-1, self.cout))
+            w2 = self.weight.data.reshape(self.cout, self.cin)
+            if P.suits(y.size // self.cout, self.cin, self.cout, self.dtype):
+                wt = self._temp("conv_weight", (self.cin, self.cout))
+                np.copyto(wt, w2.T)
+                P.matmul(np.ascontiguousarray(x).reshape(-1, self.cin), wt, y.reshape(-1, self.cout),
+                         _jit.get_num_threads())
+            else:
+                _gemm.matmul(x.reshape(-1, self.cin), w2.T, y.reshape(-1, self.cout))
         elif self.path == "depthwise":
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
@@ -196,7 +205,10 @@ class Conv2d(Layer):
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
-        _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
+        if P.suits(m, self.cout, self.cin, self.dtype):
+            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _jit.get_num_threads())
+        else:
+            _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
 
     def _dw_weight(self) -> np.ndarray:
