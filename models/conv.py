@@ -195,7 +195,11 @@ class Conv2d(Layer):
         run = max(d for d in range(1, min(128, max(m // (4 * _jit.get_num_threads()), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
         small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if small and D.vec_for(self.cin):
+        if P.suits_weight_grad(m, self.cout, self.cin, self.dtype):
+            grad[...] = self._pointwise_weight_grad(dy2, self.x.reshape(-1, self.cin))
+        elif P.suits_weight_grad(m, self.cin, self.cout, self.dtype):
+            grad[...] = self._pointwise_weight_grad(self.x.reshape(-1, self.cin), dy2).T
+        elif small and D.vec_for(self.cin):
             grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
         elif small and D.vec_for(self.cout):
             grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
@@ -210,6 +214,12 @@ class Conv2d(Layer):
         else:
             _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
+
+    def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a^T @ b by the pointwise kernel: per-chunk partials (2 chunks a thread), summed."""
+        part = self._temp("conv_wgrad_part", (2 * _jit.get_num_threads(), a.shape[1], b.shape[1]))
+        P.weight_grad(np.ascontiguousarray(a), np.ascontiguousarray(b), part)
+        return part.sum(axis=0)
 
     def _dw_weight(self) -> np.ndarray:
         wt = self._temp("conv_weight", (self.kh, self.kw, self.cout))

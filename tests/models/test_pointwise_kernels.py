@@ -44,6 +44,18 @@ def test_matmul_is_bitwise_the_same_for_any_thread_count():
     np.testing.assert_array_equal(y1, y2)
 
 
+# (M, K, N): runs shorter than a pixel block and crossing several, both register blocks
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(7, 6, 16), (2 * P.PIXELS_BLOCK + 5, 18, 32), (333, 24, 8), (1, 12, 8)])
+def test_weight_grad_matches_float64(threads, dtype, m, k, n):
+    rng = np.random.default_rng(m + k * n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((m, n)).astype(dtype)
+    part = np.full((2 * threads, k, n), np.nan, dtype)
+    P.weight_grad(a, b, part)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(part.sum(axis=0), a.astype(np.float64).T @ b, rtol=tol, atol=tol * np.sqrt(m))
+
+
 def test_rule():
     assert P.suits(1 << 16, 16, 96, np.float32) and P.suits(72, 272, 1088, np.float32)
     assert not P.suits(1 << 16, 16, 96, np.float64)  # float64: BLAS
@@ -51,11 +63,14 @@ def test_rule():
     assert not P.suits(72, 1088, 272, np.float32)  # few rows, narrow output: BLAS
     assert not P.suits(1 << 16, 8, 32, np.float32)  # a stem's few input channels: BLAS
     assert not P.suits(1 << 16, 16, 36, np.float32)  # N not a multiple of 8
+    assert P.suits_weight_grad(1 << 16, 96, 96, np.float32) and P.suits_weight_grad(1 << 16, 48, 8, np.float32)
+    assert not P.suits_weight_grad(1 << 16, 16, 96, np.float32)  # K not whole tiles (6 for N = 96)
+    assert not P.suits_weight_grad(4096, 96, 96, np.float32)  # a short reduction
 
 
 # (batch, H, W, cin, cout): few rows into a wide output (forward direct, input gradient BLAS),
-# and many rows (both direct), with a ragged last tile
-@pytest.mark.parametrize("shape", [(2, 3, 7, 24, 448), (1, 257, 256, 16, 24)])
+# and many rows (all direct, the weight gradient as dy^T x, or as (x^T dy)^T), with a ragged last tile
+@pytest.mark.parametrize("shape", [(2, 3, 7, 24, 448), (1, 257, 256, 16, 24), (1, 257, 256, 48, 8)])
 def test_conv_on_the_direct_path_matches_float64(threads, shape):
     n, h, w, cin, cout = shape
     rng = np.random.default_rng(1)
