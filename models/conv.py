@@ -4,8 +4,8 @@ Weights are stored OIHW (``[Cout, Cin/groups, KH, KW]``), exactly as in a PyTorc
 state_dict, so parameters and gradients need no conversion. Three paths:
 
 * pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view, through
-  BLAS or, for the shapes where it is faster, a register-blocked numba kernel
-  (``_pointwise_kernels.py``; the rule is ``suits``);
+  BLAS or, for the shapes where it is faster, register-blocked numba kernels
+  (``_pointwise_kernels.py``; the rules are ``suits`` and ``suits_weight_grad``);
 * depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
   on the ``[N, H, W, G, Cg]`` view, no im2col (``_direct_conv_kernels.py``); the input gradient
