@@ -3,7 +3,9 @@
 Weights are stored OIHW (``[Cout, Cin/groups, KH, KW]``), exactly as in a PyTorch
 state_dict, so parameters and gradients need no conversion. Three paths:
 
-* pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view;
+* pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view, through
+  BLAS or, for the shapes where it is faster, register-blocked numba kernels
+  (``_pointwise_kernels.py``; the rules are ``suits`` and ``suits_weight_grad``);
 * depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
   on the ``[N, H, W, G, Cg]`` view, no im2col (``_direct_conv_kernels.py``); the input gradient
@@ -24,6 +26,7 @@ import numpy as np
 
 from models import _conv_kernels as K
 from models import _direct_conv_kernels as D
+from models import _pointwise_kernels as P
 from models import _gemm, _jit
 from models.layer import Layer, Shape
 from models.param import Param
@@ -123,8 +126,14 @@ class Conv2d(Layer):
         y = self._buf("y", (n, ho, wo, self.cout))
         if self.path == "pointwise":
             self.x = x  # kept for the weight gradient
-            _gemm.matmul(x.reshape(-1, self.cin), self.weight.data.reshape(self.cout, self.cin).T,
-                         y.reshape(-1, self.cout))
+            w2 = self.weight.data.reshape(self.cout, self.cin)
+            if P.suits(y.size // self.cout, self.cin, self.cout, self.dtype):
+                wt = self._temp("conv_weight", (self.cin, self.cout))
+                np.copyto(wt, w2.T)
+                P.matmul(np.ascontiguousarray(x).reshape(-1, self.cin), wt, y.reshape(-1, self.cout),
+                         _jit.get_num_threads())
+            else:
+                _gemm.matmul(x.reshape(-1, self.cin), w2.T, y.reshape(-1, self.cout))
         elif self.path == "depthwise":
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
@@ -189,7 +198,11 @@ class Conv2d(Layer):
         run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
         small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if small and D.vec_for(self.cin):
+        if P.suits_weight_grad(m, self.cout, self.cin, self.dtype):
+            grad[...] = self._pointwise_weight_grad(dy2, self.x.reshape(-1, self.cin))
+        elif P.suits_weight_grad(m, self.cin, self.cout, self.dtype):
+            grad[...] = self._pointwise_weight_grad(self.x.reshape(-1, self.cin), dy2).T
+        elif small and D.vec_for(self.cin):
             grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
         elif small and D.vec_for(self.cout):
             grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
@@ -199,8 +212,17 @@ class Conv2d(Layer):
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
-        _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
+        if P.suits(m, self.cout, self.cin, self.dtype):
+            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _jit.get_num_threads())
+        else:
+            _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
+
+    def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a^T @ b by the pointwise kernel: per-chunk partials (2 chunks a thread), summed."""
+        part = self._temp("conv_wgrad_part", (2 * _jit.get_num_threads(), a.shape[1], b.shape[1]))
+        P.weight_grad(np.ascontiguousarray(a), np.ascontiguousarray(b), part)
+        return part.sum(axis=0)
 
     def _dw_weight(self) -> np.ndarray:
         wt = self._temp("conv_weight", (self.kh, self.kw, self.cout))

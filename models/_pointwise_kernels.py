@@ -1,0 +1,194 @@
+"""numba kernels for the products of a 1x1 convolution: ``y = a @ w`` on row-major ``[M, K]``
+activations (NHWC pixels as rows) and a ``[K, N]`` weight, and the weight gradient
+``a^T @ b`` summed over the M rows, both reading the activations in place (no packing).
+
+The forward pass is ``x @ W`` and the input gradient ``dy @ W^T``: the same kernel, given the
+weight in ``[Cin, Cout]`` or in its stored ``[Cout, Cin]`` order. Register block: ``TILE`` rows
+of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), the ``TILE x VEC``
+accumulators in vector registers, as in ``_direct_conv_kernels``: each step along K loads
+``VEC`` weights (one or two 8-float vectors) and broadcasts one value per row, for
+``TILE * VEC / 8`` FMAs; 6 x 16 (12 accumulators) and 12 x 8 (12 accumulators) leave room in
+AVX2's 16 registers for the weight vectors and a broadcast. LLVM's SLP vectoriser packs the
+unrolled block (see ``_jit``). The weight gradient uses the same block turned around: each
+step is one row (pixel), broadcasting ``TILE`` adjacent values of ``a``'s row and loading
+``VEC`` of ``b``'s, so 12 FMAs per 8 loads (the direct convolution's weight gradient, 4 x 16,
+does 8 per 6).
+
+Cache blocking: each thread takes a contiguous run of rows and walks it in blocks of
+``ROWS_BLOCK`` rows; within a block, for each slice of ``K_BLOCK`` along K and each ``VEC``
+columns, the weight panel (``K_BLOCK x VEC``, at most 16 KiB) stays in L1 while the block's
+rows (at most ``ROWS_BLOCK x K_BLOCK``, 96 KiB in float32) are read from L2. Slices after the
+first resume from the partial sums stored in ``y``, so every output is the same chain of FMAs
+over k = 0, 1, ... whatever the blocking or thread count (results do not depend on either).
+Rows after the last whole tile are computed by the caller as one zero-padded tile, so the
+tiled loop has no bounds tests. The weight gradient splits the rows into runs with one partial
+``[K, N]`` each (summed by the caller, in a fixed order), and sums blocks of ``PIXELS_BLOCK``
+rows in registers between two additions into the partial. Products are contracted to FMAs
+(``fastmath={"contract"}``), as BLAS does. Nothing is cached but the compiled kernels (one per
+register block and kind, built by a factory as in ``_direct_conv_kernels``).
+
+Measured against OpenBLAS's sgemm (Haswell kernels) on Zen 1: about 85 % of a core's FMA peak
+with the operands in cache, a little below BLAS there, and at par or ahead where BLAS's packing
+is not amortised; :func:`suits` and :func:`suits_weight_grad` are the rules that pick them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models import _jit
+from models._jit import CONTRACT, jit, prange
+
+TILES = {16: 6, 8: 12}  # rows per tile for each register block width (12 accumulators each)
+ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every tile)
+K_BLOCK = 256  # K per slice: the weight panel K_BLOCK x VEC stays in L1
+PIXELS_BLOCK = 512  # weight gradient: rows summed in registers between two flushes (both blocks in L2)
+MANY_ROWS, FEW_ROWS, WIDE = 1 << 16, 96, 448  # see suits()
+_kernels: dict = {}
+
+
+def suits(m: int, k: int, n: int, dtype) -> bool:
+    """Whether ``[M, K] @ [K, N]`` goes through this kernel rather than BLAS (a rule on the shape
+    alone, so every thread count computes the same bits). Measured on Zen 1 (1 and 2 threads,
+    the EfficientNet pointwise shapes): the kernel wins where BLAS's packing is not amortised,
+    i.e. on few rows into wide outputs (M <= 96, N >= 448: each BLAS thread packs all of the
+    weight for a handful of rows) and on long, narrow products (M >= 65536: up to 1.25x with 16
+    to 96 channels); it is at par on [100352, 96] @ [96, 96] and 5-15 % slower on the
+    mid-sized shapes in between, where BLAS keeps them. K < 16 (a stem) stays with BLAS, and so
+    does float64 (16 doubles per row of the block need twice the registers)."""
+    return (np.dtype(dtype) == np.float32 and n % 8 == 0 and k >= 16
+            and (m >= MANY_ROWS or m <= FEW_ROWS and n >= WIDE))
+
+
+def suits_weight_grad(m: int, k: int, n: int, dtype) -> bool:
+    """Whether ``a^T @ b`` for a [M, K], b [M, N] goes through :func:`weight_grad`: long
+    reductions (M >= 65536, as :func:`suits`) whose K is whole tiles (measured on Zen 1, one
+    thread: 1.07x the direct-convolution kernel's weight gradient on [100352, 96] x [100352, 96],
+    1.15x on 96 x 16 channels)."""
+    vec = vec_for(n)
+    return np.dtype(dtype) == np.float32 and vec is not None and k % TILES[vec] == 0 and m >= MANY_ROWS
+
+
+def vec_for(n: int) -> int | None:
+    """The register block width for N output columns (None: N is not a multiple of 8)."""
+    return next((v for v in TILES if n % v == 0), None)
+
+
+def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
+    """y = a @ w for C-contiguous a [M, K], w [K, N], y [M, N] (N a multiple of 8), whole tiles
+    of rows split into ``chunks`` contiguous runs (one per thread, normally). The last ``M % TILE`` rows
+    go through the same kernel as one zero-padded tile (a small copy), so they get the same
+    chain of FMAs as every other row."""
+    vec = vec_for(w.shape[1])
+    key = ("matmul", vec)
+    if key not in _kernels:
+        _kernels[key] = _make_matmul(vec, TILES[vec])
+    run = getattr(_kernels[key], "compiled", _kernels[key])  # launched here, on the threads chosen below
+    tile = TILES[vec]
+    m = a.shape[0]
+    tail = m % tile
+    if m >= tile:
+        chunks = min(chunks, m // tile)
+        _jit.use_threads(min(chunks, _jit.get_num_threads()))
+        run(a, w, y, chunks)
+    if tail:
+        pad = np.zeros((tile, a.shape[1]), a.dtype)
+        pad[:tail] = a[m - tail:]
+        out = np.empty((tile, y.shape[1]), y.dtype)
+        _jit.use_threads(1)  # (no fork and join of the other threads for one tile)
+        run(pad, w, out, 1)
+        y[m - tail:] = out[:tail]
+
+
+def _make_matmul(VEC: int, TILE: int):
+    """The kernel for one register block (see :func:`matmul`)."""
+
+    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    def kernel(a, w, y, chunks):
+        m_, k_ = a.shape
+        n_ = w.shape[1]
+        slices, nb = -(-k_ // K_BLOCK), n_ // VEC
+        tiles = m_ // TILE  # (the caller does the rows after the last whole tile)
+        yf = y.reshape(y.size)  # stored through flat unsigned indices (see the end of the tile)
+        width = min(VEC, n_)  # = VEC, but not a constant to LLVM (see the end of the tile)
+        for p in prange(chunks):
+            lo, tiled = p * tiles // chunks * TILE, (p + 1) * tiles // chunks * TILE
+            acc = np.empty((TILE, VEC), y.dtype)
+            # (row block, K slice, column block) as one flat loop: an extra loop level around the
+            # tile loop, and any other loop over the accumulators, were seen to stop the vectorisation
+            for job in range(-(-(tiled - lo) // ROWS_BLOCK) * slices * nb):
+                r0 = lo + job // (slices * nb) * ROWS_BLOCK
+                r1 = min(r0 + ROWS_BLOCK, tiled)
+                c0 = job // nb % slices * K_BLOCK
+                c1 = min(c0 + K_BLOCK, k_)
+                b = job % nb * VEC
+                for r in range(r0, r1, TILE):
+                    if c0 == 0:
+                        acc[:] = 0
+                    else:
+                        for t in range(TILE):
+                            for v in range(VEC):
+                                acc[t, v] = y[r + t, b + v]
+                    for c in range(c0, c1):
+                        cu = np.uint64(c)  # (unsigned: no negative-index wraparound test per step)
+                        for t in range(TILE):
+                            xv = a[r + t, cu]
+                            for v in range(VEC):
+                                acc[t, v] += xv * w[cu, b + v]
+                    # the copy out of the accumulators: with a constant trip count LLVM unrolls it
+                    # into scalar loads and stores (it cannot prove y and acc apart); as a
+                    # runtime-length copy at unsigned (provably consecutive) indices it becomes
+                    # one memcpy per row of the tile (measured 3-10 % faster)
+                    for t in range(TILE):
+                        base = np.uint64((r + t) * n_ + b)
+                        for v in range(width):
+                            vu = np.uint64(v)
+                            yf[base + vu] = acc[t, vu]
+
+    return kernel
+
+
+def weight_grad(a: np.ndarray, b: np.ndarray, part: np.ndarray) -> None:
+    """part[p] = a[rows p]^T @ b[rows p] for C-contiguous a [M, K], b [M, N] (K a multiple of
+    the tile, N of the register block), the rows in ``part.shape[0]`` contiguous runs (one per
+    thread and chunk): the caller sums the chunks. Register block: ``TILE`` columns of ``a``
+    (broadcast, adjacent in memory) times ``VEC`` columns of ``b``; each run goes in blocks of
+    ``PIXELS_BLOCK`` rows (both operands' block in L2), summed in registers, then added to the
+    run's partial."""
+    vec = vec_for(b.shape[1])
+    key = ("weight_grad", vec)
+    if key not in _kernels:
+        _kernels[key] = _make_weight_grad(vec, TILES[vec])
+    _kernels[key](a, b, part)
+
+
+def _make_weight_grad(VEC: int, TILE: int):
+    """The weight-gradient kernel for one register block (see :func:`weight_grad`)."""
+
+    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    def kernel(a, b, part):
+        m_, k_ = a.shape
+        n_ = b.shape[1]
+        chunks = part.shape[0]
+        kt, nb = k_ // TILE, n_ // VEC
+        for p in prange(chunks):
+            lo, hi = p * m_ // chunks, (p + 1) * m_ // chunks
+            part[p] = 0
+            acc = np.empty((TILE, VEC), part.dtype)
+            for job in range(-(-(hi - lo) // PIXELS_BLOCK) * kt * nb):  # (row block, tile, column block)
+                q0 = lo + job // (kt * nb) * PIXELS_BLOCK
+                q1 = min(q0 + PIXELS_BLOCK, hi)
+                r = job // nb % kt * TILE
+                col = job % nb * VEC
+                acc[:] = 0
+                for q in range(q0, q1):
+                    qu = np.uint64(q)
+                    for t in range(TILE):
+                        xv = a[qu, r + t]
+                        for v in range(VEC):
+                            acc[t, v] += xv * b[qu, col + v]
+                for t in range(TILE):
+                    for v in range(VEC):
+                        part[p, r + t, col + v] += acc[t, v]
+
+    return kernel

@@ -1,0 +1,88 @@
+"""The direct 1x1-convolution kernel against float64 numpy, and the conv layer on its shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import _jit
+from models import _pointwise_kernels as P
+from models.conv import Conv2d
+
+
+@pytest.fixture(params=[1, 2], ids=["1thr", "2thr"])
+def threads(request):
+    before = _jit.get_num_threads()
+    _jit.set_num_threads(min(request.param, before))
+    yield _jit.get_num_threads()
+    _jit.set_num_threads(before)
+
+
+# (M, K, N): tiles that divide M or leave a ragged tail, fewer rows than one tile, K over
+# K_BLOCK (partial sums resumed from y), both register-block widths (N multiple of 16, or of 8 only)
+SHAPES = [(12, 16, 16), (13, 5, 16), (5, 7, 16), (1, 3, 8), (25, 9, 24), (101, P.K_BLOCK + 37, 32),
+          (2 * P.ROWS_BLOCK + 7, 40, 48), (300, 2 * P.K_BLOCK, 8)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matmul_matches_float64(threads, dtype, m, k, n):
+    rng = np.random.default_rng(m * k + n)
+    a, w = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    y = np.full((m, n), np.nan, dtype)
+    P.matmul(a, w, y, threads)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w.astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_matmul_is_bitwise_the_same_for_any_thread_count():
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((1001, 300)).astype(np.float32), rng.standard_normal((300, 48)).astype(np.float32)
+    y1, y2 = np.empty((1001, 48), np.float32), np.empty((1001, 48), np.float32)
+    P.matmul(a, w, y1, 1)
+    P.matmul(a, w, y2, 3)
+    np.testing.assert_array_equal(y1, y2)
+
+
+# (M, K, N): runs shorter than a pixel block and crossing several, both register blocks
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(7, 6, 16), (2 * P.PIXELS_BLOCK + 5, 18, 32), (333, 24, 8), (1, 12, 8)])
+def test_weight_grad_matches_float64(threads, dtype, m, k, n):
+    rng = np.random.default_rng(m + k * n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((m, n)).astype(dtype)
+    part = np.full((2 * threads, k, n), np.nan, dtype)
+    P.weight_grad(a, b, part)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(part.sum(axis=0), a.astype(np.float64).T @ b, rtol=tol, atol=tol * np.sqrt(m))
+
+
+def test_rule():
+    assert P.suits(1 << 16, 16, 96, np.float32) and P.suits(72, 272, 1088, np.float32)
+    assert not P.suits(1 << 16, 16, 96, np.float64)  # float64: BLAS
+    assert not P.suits(4096, 40, 240, np.float32)  # mid-sized: BLAS
+    assert not P.suits(72, 1088, 272, np.float32)  # few rows, narrow output: BLAS
+    assert not P.suits(1 << 16, 8, 32, np.float32)  # a stem's few input channels: BLAS
+    assert not P.suits(1 << 16, 16, 36, np.float32)  # N not a multiple of 8
+    assert P.suits_weight_grad(1 << 16, 96, 96, np.float32) and P.suits_weight_grad(1 << 16, 48, 8, np.float32)
+    assert not P.suits_weight_grad(1 << 16, 16, 96, np.float32)  # K not whole tiles (6 for N = 96)
+    assert not P.suits_weight_grad(4096, 96, 96, np.float32)  # a short reduction
+
+
+# (batch, H, W, cin, cout): few rows into a wide output (forward direct, input gradient BLAS),
+# and many rows (all direct, the weight gradient as dy^T x, or as (x^T dy)^T), with a ragged last tile
+@pytest.mark.parametrize("shape", [(2, 3, 7, 24, 448), (1, 257, 256, 16, 24), (1, 257, 256, 48, 8)])
+def test_conv_on_the_direct_path_matches_float64(threads, shape):
+    n, h, w, cin, cout = shape
+    rng = np.random.default_rng(1)
+    conv = Conv2d("c", "b", cin, cout, 1, dtype=np.float32, rng=rng)
+    assert conv.path == "pointwise" and P.suits(n * h * w, cin, cout, np.float32)
+    x = rng.standard_normal((n, h, w, cin)).astype(np.float32)
+    g = rng.standard_normal((n, h, w, cout)).astype(np.float32)
+    w64 = conv.weight.data.reshape(cout, cin).astype(np.float64)
+    x64, g64 = x.reshape(-1, cin).astype(np.float64), g.reshape(-1, cout).astype(np.float64)
+    y = conv.forward(x, True)
+    np.testing.assert_allclose(y.reshape(-1, cout), x64 @ w64.T, rtol=1e-5, atol=1e-5)
+    dx = conv.backward(g)
+    np.testing.assert_allclose(dx.reshape(-1, cin), g64 @ w64, rtol=1e-5, atol=1e-5 * np.sqrt(cout))
+    np.testing.assert_allclose(conv.weight.grad.reshape(cout, cin), g64.T @ x64, rtol=1e-4,
+                               atol=1e-4 * np.sqrt(x64.shape[0]))
