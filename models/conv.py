@@ -219,8 +219,8 @@ class Conv2d(Layer):
         return dx
 
     def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a^T @ b by the pointwise kernel: per-chunk partials (2 chunks a thread), summed."""
-        part = self._temp("conv_wgrad_part", (2 * _jit.get_num_threads(), a.shape[1], b.shape[1]))
+        """a^T @ b by the pointwise kernel: ``_WGRAD_CHUNKS`` partials (whole chunks per thread), summed in order."""
+        part = self._temp("conv_wgrad_part", (_WGRAD_CHUNKS, a.shape[1], b.shape[1]))  # not per thread
         P.weight_grad(np.ascontiguousarray(a), np.ascontiguousarray(b), part)
         return part.sum(axis=0)
 
