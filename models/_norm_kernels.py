@@ -44,8 +44,9 @@ def _sigmoid32(z):
 
 def sigmoid_w(z):
     """sigmoid(z) in z's working precision: float32 arithmetic for a float32 (a few ulp; tested),
-    :func:`sigmoid` in float64 otherwise (and always when the kernels run as plain Python)."""
-    return sigmoid(z)
+    :func:`sigmoid` in float64 otherwise (and always when the kernels run as plain Python, then
+    rounded to z's type, as a stored value would be)."""
+    return type(z)(sigmoid(z)) if isinstance(z, np.floating) else sigmoid(z)
 
 
 if ENABLED:
@@ -112,15 +113,22 @@ def column_moments(x, shift, s1, s2, chunks):
 
 
 @jit()
-def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
+def silu_parts(x, mu, mu_lo, a, beta):
+    """(z, sigmoid(z)) for z = ((x - mu) - mu_lo)*a + beta in x's working precision: the
+    forward's exact arithmetic, so backward recomputes the very sigmoid the forward used (no
+    FMA contraction here; kernels that contract call this to keep it so)."""
+    z = ((x - mu) - mu_lo) * a + beta
+    return z, sigmoid_w(z)
+
+
+@jit()
+def _affine_row(row, mu, mu_lo, a, beta, out, act):
     """out = act(((row - mu) - mu_lo)*a + beta) for one row; the act test is outside the loops.
-    For SiLU the sigmoid of z is also stored in ``sig`` for the backward pass."""
+    Nothing else is stored: backward recomputes z (and SiLU's sigmoid) from the input."""
     c_ = row.shape[0]
     if act == SILU:
         for c in range(c_):
-            z = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
-            sz = sigmoid_w(z)
-            sig[c] = sz
+            z, sz = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])
             out[c] = z * sz
     elif act == RELU:
         for c in range(c_):
@@ -131,14 +139,14 @@ def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
 
 
 @jit()
-def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
-    """out = gr * act'(z) for one row (SiLU: from the stored sigmoid ``sr``), and p0 += out,
-    p1 += out * xhat (float64)."""
+def _dz_row(xr, gr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
+    """out = gr * act'(z) for one row (SiLU: with the sigmoid recomputed as the forward did),
+    and p0 += out, p1 += out * xhat (float64)."""
     c_ = xr.shape[0]
     if act == SILU:
         for c in range(c_):
-            z = float(((xr[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c])
-            sz = float(sr[c])
+            z32, s32 = silu_parts(xr[c], mu[c], mu_lo[c], a[c], beta[c])
+            z, sz = float(z32), float(s32)
             out[c] = gr[c] * (sz * (1.0 + z * (1.0 - sz)))
     elif act == RELU:
         for c in range(c_):
@@ -153,20 +161,20 @@ def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
 
 
 @jit(parallel=True)
-def affine_act(x, mu, mu_lo, a, beta, y, sig, act):
-    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU)."""
+def affine_act(x, mu, mu_lo, a, beta, y, act):
+    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]."""
     for r in prange(x.shape[0]):
-        _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act)
+        _affine_row(x[r], mu, mu_lo, a, beta, y[r], act)
 
 
 @jit(parallel=True)
-def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
+def norm_backward_reduce(x, dy, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
     """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column."""
     m_, c_ = x.shape
     part = np.zeros((chunks, 2, c_))
     for t in prange(chunks):
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
-            _dz_row(x[r], dy[r], sig[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
+            _dz_row(x[r], dy[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
     for c in range(c_):
         s0[c] = part[:, 0, c].sum()
         s1[c] = part[:, 1, c].sum()
@@ -194,9 +202,9 @@ def scale_columns(dx, a):
 
 
 @jit(parallel=True)
-def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act):
+def group_affine_act(x, mu, mu_lo, a, beta, y, act):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
         n = i // m_
-        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act)
+        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], act)
