@@ -14,7 +14,7 @@ import numpy as np
 from models import _group_norm_kernels as GK
 from models import _norm_kernels as K
 from models._jit import is_enabled
-from models.layer import Layer, Shape
+from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 
 ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
@@ -45,7 +45,7 @@ def _chunks(m: int) -> int:
     return max(1, min(_CHUNKS, m)) if is_enabled() else 1
 
 
-class _Norm(Layer):
+class _Norm(ConsumesGradient, Layer):
     kind = "norm"
 
     def __init__(self, name, block, channels, eps, act, dtype):
@@ -128,10 +128,10 @@ class BatchNorm2d(_Norm):
         K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.act)
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         c, k = self.channels, self.k
         xw = self.x.reshape(-1, k * c)
-        dx = self._grad_buf(self.x.shape)
+        dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dxw = dx.reshape(xw.shape)
         s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
         K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.mu, self.mu_lo, self.a,
@@ -174,9 +174,9 @@ class GroupNorm(_Norm):
         K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape), self.act)
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
-        dx = self._grad_buf(self.x.shape)
+        dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dg, db = self._temp("norm_dgamma", (n, c), np.float64), self._temp("norm_dbeta", (n, c), np.float64)
         shape3 = (n, -1, c)
         GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.mu,
