@@ -3,8 +3,10 @@
 The activation is fused for speed (one pass over memory instead of two) but reported as a
 separate layer in the profile, and it has no parameters, so the state_dict layout is
 torchvision's ``Conv2dNormActivation``: ``<prefix>.weight``/``.bias`` (+ running stats).
-Both keep only their *input* for backward and recompute the normalised value (and SiLU's
-sigmoid, with the forward's exact arithmetic) from it.
+Both keep their *input* for backward and recompute the normalised value from it. With SiLU they
+also keep sigmoid(z), except for tensors of at least ``RECOMPUTE_SIGMOID_ELEMS`` elements: those
+recompute it in backward with the forward's exact arithmetic (the same bits), trading one
+exp per element (about as long as the forward pass again) for a buffer the size of the output.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from models.param import Param
 
 ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
 _CHUNKS = 32  # row chunks for the parallel column reductions
+RECOMPUTE_SIGMOID_ELEMS = 1 << 24  # (EfficientNet-B0 at 224 px, batch 32: only block2a's expand norm)
 
 
 def _act_code(act: str | None, name: str) -> int:
@@ -59,6 +62,11 @@ class _Norm(ConsumesGradient, Layer):
     def params(self) -> list[Param]:
         return [self.weight, self.bias]
 
+    def _sig_buf(self, y):
+        """Where SiLU keeps sigmoid(z) for backward (``self.keep``), else y as an unused stand-in."""
+        self.keep = self.act == K.SILU and y.size < RECOMPUTE_SIGMOID_ELEMS
+        return self._buf("sig", y.shape) if self.keep else y
+
     def _check(self, x):
         if x.ndim != 4 or x.shape[3] != self.channels:
             raise ValueError(f"norm {self.name}: expected NHWC input with {self.channels} channels, got {x.shape}")
@@ -75,8 +83,8 @@ class BatchNorm2d(_Norm):
     """Batch norm (torch semantics: biased variance to normalise, unbiased in the running
     variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
 
-    Keeps: the input x and the per-channel mean, inverse std and scale (tiled, see _widen);
-    backward recomputes z (and SiLU's sigmoid) from x.
+    Keeps: the input x, sigmoid(z) when the activation is SiLU (unless the tensor is large: see
+    the module docstring), and the per-channel mean, inverse std and scale (tiled, see _widen).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
@@ -125,7 +133,9 @@ class BatchNorm2d(_Norm):
         self.mu, self.mu_lo, self.a = np.tile(mu, k), np.tile(mu_lo, k), np.tile(a, k)
         self.beta, self.invstd = np.tile(self.bias.data, k), np.tile(invstd, k)
         y = self._buf("y", x.shape)
-        K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.act)
+        self.sig = self._sig_buf(y)
+        K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.sig.reshape(xw.shape),
+                     self.act, self.keep)
         return y
 
     def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
@@ -134,8 +144,8 @@ class BatchNorm2d(_Norm):
         dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dxw = dx.reshape(xw.shape)
         s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
-        K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.mu, self.mu_lo, self.a,
-                               self.beta, self.invstd, dxw, s0, s1, self.act, _chunks(xw.shape[0]))
+        K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.sig.reshape(xw.shape), self.mu, self.mu_lo, self.a,
+                               self.beta, self.invstd, dxw, s0, s1, self.act, self.keep, _chunks(xw.shape[0]))
         dbeta, dgamma = s0.reshape(k, c).sum(axis=0), s1.reshape(k, c).sum(axis=0)
         self.weight.grad[...] = dgamma
         self.bias.grad[...] = dbeta
@@ -151,8 +161,8 @@ class BatchNorm2d(_Norm):
 
 class GroupNorm(_Norm):
     """Group norm over (H, W, C/groups) per image (torch semantics; groups=1 is layer norm
-    over H, W, C), then ``act``. Keeps: the input x and the per-image, per-group statistics;
-    backward recomputes z (and SiLU's sigmoid) from x.
+    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU (unless the tensor is
+    large: see the module docstring), and the per-image, per-group statistics.
     """
 
     def __init__(self, name: str, block: str, channels: int, groups: int, eps: float = 1e-3,
@@ -171,7 +181,9 @@ class GroupNorm(_Norm):
         GK.group_stats(x3, self.weight.data, self.eps, self.mu, self.mu_lo, self.a, invstd)
         self.invstd, self.x = invstd, x
         y = self._buf("y", x.shape)
-        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape), self.act)
+        self.sig = self._sig_buf(y)
+        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape),
+                           self.sig.reshape(x3.shape), self.act, self.keep)
         return y
 
     def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
@@ -179,9 +191,9 @@ class GroupNorm(_Norm):
         dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dg, db = self._temp("norm_dgamma", (n, c), np.float64), self._temp("norm_dbeta", (n, c), np.float64)
         shape3 = (n, -1, c)
-        GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.mu,
+        GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
                               self.mu_lo, self.a, self.bias.data, self.invstd, self.weight.data, dx.reshape(shape3),
-                              dg, db, self.act)
+                              dg, db, self.act, self.keep)
         self.weight.grad[...] = dg.sum(axis=0)
         self.bias.grad[...] = db.sum(axis=0)
         return dx
