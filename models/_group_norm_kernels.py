@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from models._jit import CONTRACT, jit, prange
-from models._norm_kernels import RELU, SILU, sigmoid_row
+from models._norm_kernels import RELU, SILU
 
 
 @jit(parallel=True)
@@ -58,7 +58,7 @@ def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
 
 
 @jit(parallel=True, fastmath=CONTRACT)
-def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act, keep):
+def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
     """Backward of group norm + act per image: dx [N, HW, C], and per-image dgamma/dbeta
     partials [N, C] (float64). With d = x - mean, xhat = d * invstd and dz = dy * act'(z):
     dx = invstd * (gamma*dz - mean_g(gamma*dz) - xhat * mean_g(gamma*dz*xhat))."""
@@ -72,12 +72,8 @@ def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamm
         p0[:] = 0
         p1[:] = 0
         mun, lon, an = mu[n], mu_lo[n], a[n]
-        srow = np.empty(c_ if act == SILU and not keep else 0, x.dtype)
         for r in range(m_):  # dz into dx; p0 = sum dz, p1 = sum dz * d
             xr, gr, sr, out = x[n, r], dy[n, r], sig[n, r], dx[n, r]
-            if act == SILU and not keep:  # recomputed in a loop of its own: z below may be an FMA
-                sigmoid_row(xr, mun, lon, an, beta, srow)
-                sr = srow
             for c in range(c_):
                 d = (xr[c] - mun[c]) - lon[c]
                 if act == SILU:

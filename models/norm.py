@@ -4,8 +4,8 @@ The activation is fused for speed (one pass over memory instead of two) but repo
 separate layer in the profile, and it has no parameters, so the state_dict layout is
 torchvision's ``Conv2dNormActivation``: ``<prefix>.weight``/``.bias`` (+ running stats).
 Both keep their *input* for backward and recompute the normalised value from it. With SiLU they
-also keep sigmoid(z), except for tensors of at least ``RECOMPUTE_SIGMOID_ELEMS`` elements: those
-recompute it in backward with the forward's exact arithmetic (the same bits), trading one
+also keep sigmoid(z), except batch norm for tensors of at least ``RECOMPUTE_SIGMOID_ELEMS``
+elements: those recompute it in backward with the forward's exact arithmetic (the same bits), trading one
 exp per element (about as long as the forward pass again) for a buffer the size of the output.
 """
 
@@ -50,6 +50,7 @@ def _chunks(m: int) -> int:
 
 class _Norm(ConsumesGradient, Layer):
     kind = "norm"
+    recomputes = True  # may recompute SiLU's sigmoid in backward (large tensors)
 
     def __init__(self, name, block, channels, eps, act, dtype):
         super().__init__(name, block, dtype)
@@ -64,7 +65,7 @@ class _Norm(ConsumesGradient, Layer):
 
     def _sig_buf(self, y):
         """Where SiLU keeps sigmoid(z) for backward (``self.keep``), else y as an unused stand-in."""
-        self.keep = self.act == K.SILU and y.size < RECOMPUTE_SIGMOID_ELEMS
+        self.keep = self.act == K.SILU and (y.size < RECOMPUTE_SIGMOID_ELEMS or not self.recomputes)
         return self._buf("sig", y.shape) if self.keep else y
 
     def _check(self, x):
@@ -161,9 +162,11 @@ class BatchNorm2d(_Norm):
 
 class GroupNorm(_Norm):
     """Group norm over (H, W, C/groups) per image (torch semantics; groups=1 is layer norm
-    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU (unless the tensor is
-    large: see the module docstring), and the per-image, per-group statistics.
+    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU (always), and the
+    per-image, per-group statistics.
     """
+
+    recomputes = False
 
     def __init__(self, name: str, block: str, channels: int, groups: int, eps: float = 1e-3,
                  act: str | None = None, dtype=np.float32) -> None:
@@ -193,7 +196,7 @@ class GroupNorm(_Norm):
         shape3 = (n, -1, c)
         GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,
                               self.mu_lo, self.a, self.bias.data, self.invstd, self.weight.data, dx.reshape(shape3),
-                              dg, db, self.act, self.keep)
+                              dg, db, self.act)
         self.weight.grad[...] = dg.sum(axis=0)
         self.bias.grad[...] = db.sum(axis=0)
         return dx
