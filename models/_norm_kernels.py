@@ -44,8 +44,9 @@ def _sigmoid32(z):
 
 def sigmoid_w(z):
     """sigmoid(z) in z's working precision: float32 arithmetic for a float32 (a few ulp; tested),
-    :func:`sigmoid` in float64 otherwise (and always when the kernels run as plain Python)."""
-    return sigmoid(z)
+    :func:`sigmoid` in float64 otherwise (and always when the kernels run as plain Python, then
+    rounded to z's type, as a stored value would be)."""
+    return type(z)(sigmoid(z)) if isinstance(z, np.floating) else sigmoid(z)
 
 
 if ENABLED:
@@ -112,15 +113,36 @@ def column_moments(x, shift, s1, s2, chunks):
 
 
 @jit()
-def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
-    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the act test is outside the loops.
-    For SiLU the sigmoid of z is also stored in ``sig`` for the backward pass."""
+def silu_parts(x, mu, mu_lo, a, beta):
+    """(z, sigmoid(z)) for z = ((x - mu) - mu_lo)*a + beta in x's working precision: the
+    forward's exact arithmetic, so backward recomputes the very sigmoid the forward used (no
+    FMA contraction here; kernels that contract call this to keep it so)."""
+    z = ((x - mu) - mu_lo) * a + beta
+    return z, sigmoid_w(z)
+
+
+@jit()
+def sigmoid_row(row, mu, mu_lo, a, beta, sig):
+    """sig = sigmoid(z) for one row, as the forward computed it (a loop of its own, so that it
+    vectorises like the forward's, and so that a caller's own z may contract to an FMA)."""
+    for c in range(row.shape[0]):
+        sig[c] = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])[1]
+
+
+@jit()
+def _affine_row(row, mu, mu_lo, a, beta, out, sig, act, keep):
+    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the tests are outside the loops.
+    For SiLU with ``keep`` the sigmoid of z is also stored in ``sig`` for the backward pass
+    (without, backward recomputes it)."""
     c_ = row.shape[0]
-    if act == SILU:
+    if act == SILU and keep:
         for c in range(c_):
-            z = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
-            sz = sigmoid_w(z)
+            z, sz = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])
             sig[c] = sz
+            out[c] = z * sz
+    elif act == SILU:
+        for c in range(c_):
+            z, sz = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])
             out[c] = z * sz
     elif act == RELU:
         for c in range(c_):
@@ -132,7 +154,7 @@ def _affine_row(row, mu, mu_lo, a, beta, out, sig, act):
 
 @jit()
 def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
-    """out = gr * act'(z) for one row (SiLU: from the stored sigmoid ``sr``), and p0 += out,
+    """out = gr * act'(z) for one row (SiLU: from the sigmoid ``sr``), and p0 += out,
     p1 += out * xhat (float64)."""
     c_ = xr.shape[0]
     if act == SILU:
@@ -153,20 +175,26 @@ def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
 
 
 @jit(parallel=True)
-def affine_act(x, mu, mu_lo, a, beta, y, sig, act):
-    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU)."""
+def affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
+    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU, keep)."""
     for r in prange(x.shape[0]):
-        _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act)
+        _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act, keep)
 
 
 @jit(parallel=True)
-def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, chunks):
-    """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column."""
+def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, keep, chunks):
+    """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column; SiLU's
+    sigmoid from ``sig`` with ``keep``, else recomputed."""
     m_, c_ = x.shape
     part = np.zeros((chunks, 2, c_))
     for t in prange(chunks):
+        srow = np.empty(c_ if act == SILU and not keep else 0, x.dtype)
         for r in range(t * m_ // chunks, (t + 1) * m_ // chunks):
-            _dz_row(x[r], dy[r], sig[r], mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
+            sr = sig[r]
+            if act == SILU and not keep:
+                sigmoid_row(x[r], mu, mu_lo, a, beta, srow)
+                sr = srow
+            _dz_row(x[r], dy[r], sr, mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
     for c in range(c_):
         s0[c] = part[:, 0, c].sum()
         s1[c] = part[:, 1, c].sum()
@@ -194,9 +222,9 @@ def scale_columns(dx, a):
 
 
 @jit(parallel=True)
-def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act):
+def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
         n = i // m_
-        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act)
+        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act, keep)

@@ -8,6 +8,12 @@ Buffers are reused across steps: a layer writes its output (and its ``dx``) into
 owns, keyed by shape, so once warm a training step allocates nothing large. The price is
 that a returned array is valid only until the same layer runs again: copy what you keep.
 One forward may be in flight per layer: call ``backward`` before the next training forward.
+
+A caller that no longer needs ``dy`` once the layer has consumed it calls
+``backward_consuming(dy)`` instead: the layer may then write its ``dx`` over ``dy`` (norms and
+squeeze-and-excitation do when the shapes match), so one gradient buffer fewer is alive.
+Containers pass this on only where they own the gradient (``Sequential``: every gradient
+between its layers, and its input's when it was itself called consuming).
 """
 
 from __future__ import annotations
@@ -110,8 +116,13 @@ class Layer:
     def _key(self, suffix: str) -> str:
         return f"{self.name}.{suffix}" if self.name else suffix
 
-    def _grad_buf(self, shape: Shape) -> np.ndarray:
-        """The buffer for this layer's input gradient: from the model's pool when there is one."""
+    def _grad_buf(self, shape: Shape, over: np.ndarray | None = None) -> np.ndarray:
+        """The buffer for this layer's input gradient: from the model's pool when there is one.
+        ``over``: a ``dy`` the caller no longer needs (``backward_consuming``), used itself when
+        it can be (a model's layer, same shape and dtype, C-contiguous, writeable)."""
+        if (over is not None and self.grad_pool is not None and over.shape == tuple(shape)
+                and over.dtype == self.dtype and over.flags.c_contiguous and over.flags.writeable):
+            return over
         if self.grad_pool is None:
             return self._buf("dx", shape)
         return self.grad_pool.take(shape, self.dtype)
@@ -144,6 +155,10 @@ class Layer:
     def backward(self, dy: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def backward_consuming(self, dy: np.ndarray) -> np.ndarray:
+        """``backward`` for a caller that no longer needs ``dy``: the layer may write ``dx`` over it."""
+        return self.backward(dy)
+
     # -- cost model ----------------------------------------------------------------------
     def out_shape(self, shape: Shape) -> Shape:
         return shape
@@ -165,7 +180,18 @@ class Layer:
             in_shape=tuple(int(d) for d in shape), conv=conv)
 
 
-class Sequential(Layer):
+class ConsumesGradient:
+    """Mixin for a layer whose ``_backward(dy, consume)`` serves ``backward`` (consume=False) and
+    ``backward_consuming`` (True); put it before ``Layer`` in the bases."""
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        return self._backward(dy, False)
+
+    def backward_consuming(self, dy: np.ndarray) -> np.ndarray:
+        return self._backward(dy, True)
+
+
+class Sequential(ConsumesGradient, Layer):
     """Layers run one after another; backward runs them in reverse."""
 
     def __init__(self, name: str, block: str, layers: list[Layer], dtype=np.float32) -> None:
@@ -189,10 +215,13 @@ class Sequential(Layer):
             x = layer.forward(x, training)
         return x
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume_first: bool) -> np.ndarray:
         first = dy
         for layer in reversed(self.layers):
-            out = layer.backward(dy)
+            if consume_first or not np.may_share_memory(dy, first):  # ours: a layer may overwrite it
+                out = layer.backward_consuming(dy)
+            else:
+                out = layer.backward(dy)
             if dy is not first:  # an intermediate gradient, consumed: back to the pool
                 release_consumed(self.grad_pool, dy, out)
             dy = out

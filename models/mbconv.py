@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.conv_norm import NormSpec, conv_norm  # noqa: F401 (NormSpec re-exported)
-from models.layer import Layer, Rng, Sequential, Shape
+from models.layer import ConsumesGradient, Layer, Rng, Sequential, Shape
 from models.pool import drop_path_scale
 from models.se import SqueezeExcitation
 
@@ -38,7 +38,7 @@ class BlockSpec:
         return self.stride == 1 and self.cin == self.cout
 
 
-class MBConv(Layer):
+class MBConv(ConsumesGradient, Layer):
     kind = "add"
 
     def __init__(self, spec: BlockSpec, norm: NormSpec, padding, rng_holder: Rng, dtype=np.float32,
@@ -77,14 +77,15 @@ class MBConv(Layer):
         y += x
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         if not self.spec.residual:
-            return self.body.backward(dy)
-        branch = dy
-        if self.scale is not None:
+            return self.body.backward_consuming(dy) if consume else self.body.backward(dy)
+        if self.scale is None:  # the residual add needs dy afterwards: the body must not overwrite it
+            dx = self.body.backward(dy)
+        else:  # the scaled branch is ours alone
             branch = self._buf("dbranch", dy.shape)
             np.multiply(dy, self.scale[:, None, None, None], out=branch)
-        dx = self.body.backward(branch)
+            dx = self.body.backward_consuming(branch)
         dx += dy
         return dx
 

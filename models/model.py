@@ -105,7 +105,10 @@ class Model:
             prev = None
         start_dy = dy
         for i in reversed(r):
-            out = self._blocks[i].backward(dy)
+            block = self._blocks[i]
+            # a gradient between blocks is ours alone: the block may write its own over it
+            own = not np.may_share_memory(dy, start_dy)
+            out = block.backward_consuming(dy) if own else block.backward(dy)
             if dy is not start_dy:
                 release_consumed(self._pool, dy, out)
             dy = out

@@ -3,7 +3,10 @@
 The activation is fused for speed (one pass over memory instead of two) but reported as a
 separate layer in the profile, and it has no parameters, so the state_dict layout is
 torchvision's ``Conv2dNormActivation``: ``<prefix>.weight``/``.bias`` (+ running stats).
-Both keep only their *input* for backward and recompute the normalised value from it.
+Both keep their *input* for backward and recompute the normalised value from it. With SiLU they
+also keep sigmoid(z), except batch norm for tensors of at least ``RECOMPUTE_SIGMOID_ELEMS``
+elements: those recompute it in backward with the forward's exact arithmetic (the same bits), trading one
+exp per element (about as long as the forward pass again) for a buffer the size of the output.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import numpy as np
 from models import _group_norm_kernels as GK
 from models import _norm_kernels as K
 from models._jit import is_enabled
-from models.layer import Layer, Shape
+from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 
 ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
 _CHUNKS = 32  # row chunks for the parallel column reductions
+RECOMPUTE_SIGMOID_ELEMS = 1 << 24  # (EfficientNet-B0 at 224 px, batch 32: only block2a's expand norm)
 
 
 def _act_code(act: str | None, name: str) -> int:
@@ -44,8 +48,9 @@ def _chunks(m: int) -> int:
     return max(1, min(_CHUNKS, m)) if is_enabled() else 1
 
 
-class _Norm(Layer):
+class _Norm(ConsumesGradient, Layer):
     kind = "norm"
+    recomputes = True  # may recompute SiLU's sigmoid in backward (large tensors)
 
     def __init__(self, name, block, channels, eps, act, dtype):
         super().__init__(name, block, dtype)
@@ -59,8 +64,9 @@ class _Norm(Layer):
         return [self.weight, self.bias]
 
     def _sig_buf(self, y):
-        """Where SiLU keeps sigmoid(z) for backward; other activations never touch it (y stands in)."""
-        return self._buf("sig", y.shape) if self.act == K.SILU else y
+        """Where SiLU keeps sigmoid(z) for backward (``self.keep``), else y as an unused stand-in."""
+        self.keep = self.act == K.SILU and (y.size < RECOMPUTE_SIGMOID_ELEMS or not self.recomputes)
+        return self._buf("sig", y.shape) if self.keep else y
 
     def _check(self, x):
         if x.ndim != 4 or x.shape[3] != self.channels:
@@ -78,8 +84,8 @@ class BatchNorm2d(_Norm):
     """Batch norm (torch semantics: biased variance to normalise, unbiased in the running
     variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
 
-    Keeps: the input x, sigmoid(z) when the activation is SiLU, and the per-channel mean,
-    inverse std and scale (tiled, see _widen).
+    Keeps: the input x, sigmoid(z) when the activation is SiLU (unless the tensor is large: see
+    the module docstring), and the per-channel mean, inverse std and scale (tiled, see _widen).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
@@ -130,17 +136,17 @@ class BatchNorm2d(_Norm):
         y = self._buf("y", x.shape)
         self.sig = self._sig_buf(y)
         K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.sig.reshape(xw.shape),
-                     self.act)
+                     self.act, self.keep)
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         c, k = self.channels, self.k
         xw = self.x.reshape(-1, k * c)
-        dx = self._grad_buf(self.x.shape)
+        dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dxw = dx.reshape(xw.shape)
         s0, s1 = self._buf("s0", (k * c,), np.float64), self._buf("s1", (k * c,), np.float64)
         K.norm_backward_reduce(xw, dy.reshape(xw.shape), self.sig.reshape(xw.shape), self.mu, self.mu_lo, self.a,
-                               self.beta, self.invstd, dxw, s0, s1, self.act, _chunks(xw.shape[0]))
+                               self.beta, self.invstd, dxw, s0, s1, self.act, self.keep, _chunks(xw.shape[0]))
         dbeta, dgamma = s0.reshape(k, c).sum(axis=0), s1.reshape(k, c).sum(axis=0)
         self.weight.grad[...] = dgamma
         self.bias.grad[...] = dbeta
@@ -156,9 +162,11 @@ class BatchNorm2d(_Norm):
 
 class GroupNorm(_Norm):
     """Group norm over (H, W, C/groups) per image (torch semantics; groups=1 is layer norm
-    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU, and the per-image,
-    per-group statistics.
+    over H, W, C), then ``act``. Keeps: the input x, sigmoid(z) for SiLU (always), and the
+    per-image, per-group statistics.
     """
+
+    recomputes = False
 
     def __init__(self, name: str, block: str, channels: int, groups: int, eps: float = 1e-3,
                  act: str | None = None, dtype=np.float32) -> None:
@@ -178,12 +186,12 @@ class GroupNorm(_Norm):
         y = self._buf("y", x.shape)
         self.sig = self._sig_buf(y)
         K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape),
-                           self.sig.reshape(x3.shape), self.act)
+                           self.sig.reshape(x3.shape), self.act, self.keep)
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         n, c = self.x.shape[0], self.channels
-        dx = self._grad_buf(self.x.shape)
+        dx = self._grad_buf(self.x.shape, dy if consume else None)  # over dy: each dy is read before dx is written
         dg, db = self._temp("norm_dgamma", (n, c), np.float64), self._temp("norm_dbeta", (n, c), np.float64)
         shape3 = (n, -1, c)
         GK.group_norm_backward(self.x.reshape(shape3), dy.reshape(shape3), self.sig.reshape(shape3), self.mu,

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from models._jit import jit, prange
-from models.layer import Layer, Shape
+from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 from models.pool import spatial_mean
 
@@ -56,7 +56,7 @@ def _input_grad(dy, s, dpool, dx, inv_m):
             out[c] = gr[c] * sn[c] + dp[c] * inv_m
 
 
-class SqueezeExcitation(Layer):
+class SqueezeExcitation(ConsumesGradient, Layer):
     kind = "se"
 
     def __init__(self, name: str, block: str, channels: int, squeeze: int, dtype=np.float32,
@@ -87,7 +87,7 @@ class SqueezeExcitation(Layer):
         _scale(x3, self.gate, y.reshape(n, -1, c))
         return y
 
-    def backward(self, dy: np.ndarray) -> np.ndarray:
+    def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:
         n, c, s = self.x.shape[0], self.c, self.s
         x3, dy3 = self.x.reshape(n, -1, c), dy.reshape(n, -1, c)
         ds = self._buf("ds", (n, c))
@@ -101,7 +101,8 @@ class SqueezeExcitation(Layer):
         self.w1.grad[...] = (dh.T @ self.pooled).reshape(s, c, 1, 1)
         self.b1.grad[...] = dh.sum(axis=0)
         dpool = np.ascontiguousarray(dh @ self.w1.data.reshape(s, c), dtype=self.dtype)
-        dx = self._grad_buf(self.x.shape)
+        # dy is read whole above; _input_grad reads each element before writing dx at the same place
+        dx = self._grad_buf(self.x.shape, dy if consume else None)
         _input_grad(dy3, self.gate, dpool, dx.reshape(n, -1, c), 1.0 / x3.shape[1])
         return dx
 

@@ -129,3 +129,25 @@ def test_backward_recycles_gradient_buffers():
     pool_bytes = sum(a.nbytes for free in model._pool._free.values() for a in free) + model._last_dx.nbytes
     layer_outputs = sum(p.activation_elems for p in model.profile(2) if p.kind != "act") * 4
     assert pool_bytes < 0.6 * layer_outputs  # vs one gradient buffer per layer before pooling
+
+
+@pytest.mark.parametrize("name", ["efficientnet-tiny", "efficientnet-tiny-g16-gn"])
+def test_gradients_written_over_consumed_ones_change_nothing(name, monkeypatch):
+    """backward_consuming (norms and SE write dx over a dy nobody needs any more) gives bitwise the
+    gradients of separate buffers, drop-connect and input gradient included, with a smaller pool."""
+    from models.layer import ConsumesGradient
+
+    def step(model):
+        model.set_rng(np.random.default_rng(1))
+        x, labels = _batch(model, n=8)
+        for _ in range(2):  # the second step meets the pool's buffers again
+            _, d = softmax_cross_entropy(model.forward(x, True), labels)
+            dx = model.backward(d)
+        pool = sum(a.nbytes for free in model._pool._free.values() for a in free) + model._last_dx.nbytes
+        return [p.grad.copy() for p in model.params()] + [dx.copy()], pool
+
+    over, pool_over = step(build_model(name, num_classes=10, resolution=32))
+    monkeypatch.setattr(ConsumesGradient, "backward_consuming", lambda self, dy: self._backward(dy, False))
+    apart, pool_apart = step(build_model(name, num_classes=10, resolution=32))
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(over, apart))
+    assert pool_over < pool_apart
