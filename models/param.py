@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,32 +55,27 @@ def pack_grads(params: list[Param]) -> np.ndarray | None:
     return flat
 
 
-_SPANS: dict[tuple[int, ...], tuple[list, object, int, int]] = {}
+_SPANS: dict[tuple[int, ...], tuple[list, np.ndarray | None]] = {}
 _MAX_SPANS = 16
 
 
 def span(arrays) -> np.ndarray | None:
     """One 1-D view over ``arrays`` when they lie back to back in one buffer (C-contiguous, same
     dtype, each starting where the previous ends), else None. Remembered per list of array
-    objects through weak references (an answer counts only while every array is alive, so their
-    ids are still theirs; nothing is kept alive): a training step asks about the same lists every
-    time, and the check itself costs microseconds per array."""
+    objects: a training step asks about the same lists every time, and the check itself costs
+    microseconds per array. The cache holds the arrays it answered for (at most ``_MAX_SPANS``
+    lists, the oldest dropped first), so while an answer is cached its ids are still those
+    arrays': a hit is one dictionary lookup."""
     key = tuple(map(id, arrays))
     hit = _SPANS.get(key)
     if hit is not None:
-        refs, base_ref, offset, size = hit
-        if all(r() is a for r, a in zip(refs, arrays)):
-            base = base_ref() if base_ref is not None else None
-            return None if base is None else base.reshape(-1)[offset:offset + size]
+        return hit[1]
     found = _span(arrays)
     if len(_SPANS) >= _MAX_SPANS:
         _SPANS.pop(next(iter(_SPANS)))
-    base_ref = offset = size = None
-    if found is not None:
-        base, offset, size = found
-        base_ref = weakref.ref(base)
-    _SPANS[key] = ([weakref.ref(a) for a in arrays], base_ref, offset, size)
-    return None if found is None else found[0].reshape(-1)[offset:offset + size]
+    view = None if found is None else found[0].reshape(-1)[found[1]:found[1] + found[2]]
+    _SPANS[key] = (list(arrays), view)
+    return view
 
 
 def _span(arrays) -> tuple[np.ndarray, int, int] | None:

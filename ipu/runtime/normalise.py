@@ -9,6 +9,8 @@ the dataset file's attributes (``Dataset.info.mean``/``.std``). There is no back
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from data._jit import jit
@@ -20,6 +22,15 @@ def _apply_lut(pixels, lut, out):
     for p in range(pixels.shape[0]):
         for c in range(channels):
             out[p, c] = lut[pixels[p, c], c]
+
+
+@functools.lru_cache(maxsize=32)
+def _lut(mean: tuple[float, ...], std: tuple[float, ...], dtype: str) -> np.ndarray:
+    """The 256 x C table for one (mean, std, dtype), built once (a run asks for the same one every
+    micro-batch); read-only."""
+    lut = ((np.arange(256, dtype=np.float64)[:, None] - np.array(mean)) / np.array(std)).astype(dtype)
+    lut.flags.writeable = False
+    return lut
 
 
 def normalise(images: np.ndarray, mean, std, out: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
@@ -40,7 +51,7 @@ def normalise(images: np.ndarray, mean, std, out: np.ndarray | None = None, dtyp
         out = np.empty(images.shape, dtype=dtype)
     elif out.shape != images.shape or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous array of shape {images.shape}, got {out.shape}")
-    lut = ((np.arange(256, dtype=np.float64)[:, None] - mean) / std).astype(out.dtype)
+    lut = _lut(tuple(mean.tolist()), tuple(std.tolist()), out.dtype.str)
     pixels = np.ascontiguousarray(images).reshape(-1, channels)
     _apply_lut(pixels, lut, out.reshape(-1, channels))
     return out

@@ -28,6 +28,7 @@ the old rate's steps, which is what the Graphcore recipe trained with.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +38,15 @@ from data._jit import ENABLED
 from models.optim import _kernels
 from models.optim.optimizer_base import Optimizer
 from models.param import Param
+
+
+_DATA, _GRAD = operator.attrgetter("data"), operator.attrgetter("grad")
+
+
+def _array_ids(params) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids of every parameter's ``data`` and ``grad`` arrays (the bound lists hold those arrays,
+    so equal ids mean the same arrays): a comparison in C, not a Python loop per parameter."""
+    return tuple(map(id, map(_DATA, params))), tuple(map(id, map(_GRAD, params)))
 
 
 def lars_trust_ratio(w_norm: float, g_norm: float, eta: float, weight_decay: float, eps: float) -> float:
@@ -84,15 +94,14 @@ class MomentumSGD(Optimizer):
             return None
         ws, gs, vs = (typed.List([trio[k].reshape(-1) for trio in arrays]) for k in range(3))
         decays = np.array([p.decays for p in self.params])
-        return {"arrays": arrays, "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
+        return {"arrays": arrays, "ids": _array_ids(self.params), "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
                 "lars": decays & (self.lars_eta > 0.0), "decay_terms": decays & (self.weight_decay != 0.0),
                 "norms": np.zeros((len(self.params), 2)),
                 "consts": np.array([self.weight_decay, self.momentum], dtype)}
 
     def step(self, lr: float) -> None:
         fused = self._fused
-        if fused is not None and not all(a is p.data and b is p.grad for (a, b, _), p in
-                                         zip(fused["arrays"], self.params)):
+        if fused is not None and _array_ids(self.params) != fused["ids"]:  # a replaced array: rebind
             fused = self._fused = self._bind()
         if fused is None:
             super().step(lr)
