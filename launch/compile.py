@@ -108,9 +108,9 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
 
 def _log_io_tiles(io: IoTilePlan, prefetch_depth: int) -> None:
     if not io.num_io_tiles:
-        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here "
-                    "the loader's thread keeps %d micro-batch(es) per replica ready (ipu.prefetch_depth).",
-                    prefetch_depth)
+        here = (f"the loader's thread keeps {prefetch_depth} micro-batch(es) per replica ready (ipu.prefetch_depth)"
+                if prefetch_depth else "the training thread builds each batch when it needs it (ipu.prefetch_depth=0)")
+        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here %s.", here)
         return
     logger.info("IO tiles: %d per IPU (%d left for compute) hold %d prefetched micro-batch(es), %d of %d bytes; "
                 "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_depth, io.io_bytes,
