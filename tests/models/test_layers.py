@@ -195,3 +195,24 @@ def test_thread_cap_is_validated():
     _jit.set_num_threads(1)
     assert _jit.get_num_threads() == 1
     _jit.set_num_threads(before)
+
+
+def test_batch_norm_recomputing_sigmoid_in_backward_is_bitwise_keeping_it(monkeypatch):
+    import models.norm as norm_module
+    from models.norm import BatchNorm2d
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6, 6, 16)).astype(np.float32) * 3
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    runs = []
+    for threshold in (1 << 62, 0):  # keep sigmoid(z) / recompute it from the input
+        monkeypatch.setattr(norm_module, "RECOMPUTE_SIGMOID_ELEMS", threshold)
+        bn = BatchNorm2d("n", "b", 16, act="silu")
+        bn.weight.data[...] = rng.standard_normal(16).astype(np.float32) if not runs else runs[0][3]
+        y = bn.forward(x, True).copy()
+        dx = bn.backward(dy.copy()).copy()
+        runs.append((y, dx, (bn.weight.grad.copy(), bn.bias.grad.copy()), bn.weight.data.copy(), bn.keep))
+    assert runs[0][4] and not runs[1][4]  # the second run really recomputed
+    for a, b in zip(runs[0][:2], runs[1][:2]):
+        assert a.tobytes() == b.tobytes()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(runs[0][2], runs[1][2]))
