@@ -22,7 +22,7 @@ from models.param import Param
 ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
 _CHUNKS = 32  # row chunks for the parallel column reductions
 # Off (no tensor is this large): at 2^24, B0 at 224 px batch 32 recomputed for block2a's expand norm
-# only, saving 145 MiB of peak RSS (3344 -> 3199 MiB) but taking 3.0 -> 3.3 s per step (2 threads),
+# only, saving 145 MiB of peak RSS (3344 -> 3199 MiB) but taking 2.98 -> 3.15-3.27 s per step (2 threads),
 # more than those MiB are worth; lower it to trade speed for memory (bitwise the same results, tested).
 RECOMPUTE_SIGMOID_ELEMS = 1 << 62
 
