@@ -26,11 +26,14 @@ class StopRequest:
         self.signum = 0
 
     def install(self, signals: tuple[int, ...] = STOP_SIGNALS) -> "StopRequest":
-        """Catch ``signals`` from now on; their default action would kill the run. Python lets only
-        the main thread set handlers: elsewhere this does nothing."""
+        """Catch ``signals`` from now on; their default action would kill the run. A process that
+        started with them blocked (a launcher may hold them back until the handler exists) gets
+        them unblocked here, so a request sent earlier is recorded now. Python lets only the main
+        thread set handlers: elsewhere this does nothing."""
         if threading.current_thread() is threading.main_thread():
             for sig in signals:
                 signal.signal(sig, self._record)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
         return self
 
     def _record(self, signum: int, _frame) -> None:
