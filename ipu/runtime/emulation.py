@@ -24,7 +24,7 @@ sum does not depend on the instance split), and float16 batch-norm statistics.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -46,10 +46,6 @@ class HalfRounder:
     def round_(self, x: np.ndarray) -> np.ndarray:
         return round_to_fp16_(x)
 
-    def round_all_(self, arrays: Iterable[np.ndarray]) -> None:
-        for x in arrays:
-            round_to_fp16_(x)
-
 
 class PrecisionEmulation:
     """The engine's side of the emulation: rounded weights for the compute, float16 storage.
@@ -69,7 +65,6 @@ class PrecisionEmulation:
                 raise ValueError(f"parameter {p.name!r} is {p.data.dtype}, contiguous={p.data.flags.c_contiguous}: "
                                  "float16 emulation rounds contiguous float32 weights in place")
         self.seed, self.stochastic_rounding = int(seed), bool(stochastic_rounding)
-        self.rounder = HalfRounder()
         self._weights, self._state = Float16Batch(), Float16Batch()  # one kernel call per list
         # 16.32: the float32 masters, saved here while the compute runs on rounded copies
         self._masters = [np.empty_like(p.data) for p in self.params] if not self.half_weights else []
