@@ -180,6 +180,7 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
                 if lead:
                     bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             loop.seconds += time.perf_counter() - begin
+            _maybe_pause(t, resumed)
             tick = now
             if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
@@ -281,6 +282,16 @@ def _maybe_kill(t: Training, resumed: bool) -> None:
         logger.warning("run.kill_at_step=%d: sending SIGKILL to myself (pid %d).", t.engine.step, os.getpid())
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _maybe_pause(t: Training, resumed: bool) -> None:
+    """Test hook ``run.pause_at_step``: every instance stops itself (SIGSTOP) after that update, unless
+    resumed, so that a test can send a signal that surely arrives before the next update; it
+    continues on SIGCONT."""
+    if t.cfg.run.pause_at_step and t.engine.step == t.cfg.run.pause_at_step and not resumed:
+        logger.warning("run.pause_at_step=%d: stopping myself (pid %d) until SIGCONT.", t.engine.step, os.getpid())
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int,

@@ -1,7 +1,8 @@
 """Preemption: a job told to stop checkpoints at the next update and ends cleanly; requeued, it
 resumes from that checkpoint and ends bitwise equal to an uninterrupted run.
 
-``slurm_srun.sh`` as written (its ``#SBATCH --requeue --open-mode=append --signal=B:USR1@120``):
+``slurm_srun.sh`` as written (its ``#SBATCH --requeue --open-mode=append --signal=B:USR1@120``).
+Both tasks stop themselves after update 3 (``run.pause_at_step``); then
 ``scancel --batch --signal=USR1`` reaches srun, which passes SIGUSR1 to both tasks; the training
 agrees on the update to stop after, writes the checkpoint and exits 0. ``scontrol requeue`` puts the
 job back in the queue (Slurm holds a requeued job for two minutes; the test releases it with
@@ -14,6 +15,8 @@ from __future__ import annotations
 import signal
 import time
 
+import psutil
+
 from slurm_cluster import leftover_processes
 from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, signal_pending,
                         step_tasks, submit, wait_until)
@@ -21,17 +24,22 @@ from slurm_jobs import (DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_sta
 from launch import checkpoint as ckpt
 
 
+def stopped_by_signal(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, launcher_reference, tmp_path):
     run_dir = tmp_path / "run"
+    # Both tasks stop themselves after update 3 (run.pause_at_step), so the request surely arrives
+    # before update 4; they are let go once it waits on both (scancel -> slurmd -> srun -> tasks).
     job = submit(slurm, *TWO_TASKS, str(ROOT / "launch" / "jobs" / "slurm_srun.sh"), "dense", *DENSE,
-                 "--set", f"run.run_dir={run_dir}", cwd=tmp_path)
-    wait_until(lambda: len(records(run_dir, "step")) >= 3, 180, "3 updates of the job")
-    # Hold both tasks while the request travels (scancel -> slurmd -> srun -> tasks), so that it
-    # surely arrives before the last update; let them go once it waits on both.
+                 "--set", f"run.run_dir={run_dir}", "--set", "run.pause_at_step=3", cwd=tmp_path)
+    wait_until(lambda: len(step_tasks(slurm, job)) == 2 and all(stopped_by_signal(t) for t in step_tasks(slurm, job)),
+               180, "both tasks to stop themselves after update 3")
     tasks = step_tasks(slurm, job)
-    assert len(tasks) == 2
-    for task in tasks:
-        task.suspend()
     stop = slurm.run("scancel", "--batch", "--signal=USR1", str(job))
     assert stop.returncode == 0, stop.stderr
     wait_until(lambda: all(signal_pending(t.pid, signal.SIGUSR1) for t in tasks), 60, "SIGUSR1 to reach both tasks")
@@ -43,7 +51,8 @@ def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, laun
     stopped = records(run_dir, "stopped")
     assert len(stopped) == 1, out[-3000:]
     step = stopped[0]["step"]
-    assert 3 <= step < 150 and stopped[0]["signal"] == "SIGUSR1"
+    # Caught on resuming after update 3, the request rides in update 4's all-reduce: the run stops after it.
+    assert step == 4 and stopped[0]["signal"] == "SIGUSR1"
     assert ckpt.step_of(ckpt.find_latest(run_dir)) == step
     assert f"SIGUSR1: stopped after update {step} of 150" in out
     assert job_state(slurm, job)["JobState"] == "COMPLETED"
