@@ -34,6 +34,7 @@ _MIN_WORK = 1 << 20  # multiply-adds below which one BLAS call on the caller's t
 _MIN_PART = 16  # rows per part at least
 _BLOCK_WORK = 1 << 22  # multiply-adds per block of a split product (about 0.1 ms of sgemm)
 _MAX_PARTS = 64  # blocks of one product at most
+_PARTS_STEP = 4  # more than 2 blocks come in multiples of this
 _MAX_PARTIALS = 4  # partial sums of a long reduction without numba's BLAS (the Python pool's path)
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -125,13 +126,22 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
 
 def split(m: int, n: int, k: int) -> tuple[int, bool]:
     """(blocks, by columns) of an [m, k] @ [k, n] product: rows of c in blocks of about
-    ``_BLOCK_WORK`` multiply-adds (at least ``_MIN_PART`` rows), or columns when the rows make one
-    block. A function of the shape alone (see the module docstring)."""
-    rows = max(1, min(_MAX_PARTS, m // max(_MIN_PART, _BLOCK_WORK // max(n * k, 1))))
+    ``_BLOCK_WORK`` multiply-adds (at least ``_MIN_PART`` rows; more than 2 blocks rounded up to a
+    multiple of 4), or columns when the rows make one block. A function of the shape alone (see
+    the module docstring)."""
+    rows = _balanced(m // max(_MIN_PART, _BLOCK_WORK // max(n * k, 1)))
     if rows > 1 or m * n * k < _MIN_WORK:
         return rows, False
-    cols = max(1, min(_MAX_PARTS, n // max(_MIN_PART, _BLOCK_WORK // max(m * k, 1))))
+    cols = _balanced(n // max(_MIN_PART, _BLOCK_WORK // max(m * k, 1)))
     return cols, cols > 1
+
+
+def _balanced(parts: int) -> int:
+    """1, 2, or a multiple of ``_PARTS_STEP`` up to ``_MAX_PARTS``: blocks that 1, 2 and 4 threads
+    share evenly (3 blocks on 2 threads would leave one idle a third of the time)."""
+    if parts <= 2:
+        return max(parts, 1)
+    return min(_MAX_PARTS, -(-parts // _PARTS_STEP) * _PARTS_STEP)
 
 
 def _blocks(m: int, parts: int) -> list[slice]:

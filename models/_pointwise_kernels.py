@@ -43,30 +43,44 @@ TILES = {16: 6, 8: 12}  # rows per tile for each register block width (12 accumu
 ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every tile)
 K_BLOCK = 256  # K per slice: the weight panel K_BLOCK x VEC stays in L1
 PIXELS_BLOCK = 512  # weight gradient: rows summed in registers between two flushes (both blocks in L2)
-MANY_ROWS, FEW_ROWS, WIDE = 1 << 16, 96, 448  # see suits()
+MANY_ROWS, FEW_ROWS, NARROW, MIN_WORK = 1 << 16, 896, 16, 1 << 20  # see suits()
+TRANSPOSE_ROWS = 1024  # see suits(): rows over which the forward's weight transposition pays off
+LONG_ROWS, MIN_ROWS_WGRAD, WGRAD_ENTRIES = 1 << 14, 2048, 1 << 14  # see suits_weight_grad()
 _kernels: dict = {}
 
 
-def suits(m: int, k: int, n: int, dtype) -> bool:
+def suits(m: int, k: int, n: int, dtype, transposes_weight: bool = False) -> bool:
     """Whether ``[M, K] @ [K, N]`` goes through this kernel rather than BLAS (a rule on the shape
     alone, so every thread count computes the same bits). Measured on Zen 1 (1 and 2 threads,
-    the EfficientNet pointwise shapes): the kernel wins where BLAS's packing is not amortised,
-    i.e. on few rows into wide outputs (M <= 96, N >= 448: each BLAS thread packs all of the
-    weight for a handful of rows) and on long, narrow products (M >= 65536: up to 1.25x with 16
-    to 96 channels); it is at par on [100352, 96] @ [96, 96] and 5-15 % slower on the
-    mid-sized shapes in between, where BLAS keeps them. K < 16 (a stem) stays with BLAS, and so
-    does float64 (16 doubles per row of the block need twice the registers)."""
-    return (np.dtype(dtype) == np.float32 and n % 8 == 0 and k >= 16
-            and (m >= MANY_ROWS or m <= FEW_ROWS and n >= WIDE))
+    every pointwise shape of tiny, B0, B0-G16-GN and B4-G16-GN in the benchmark, ``bench_models``
+    sizes): the kernel wins where BLAS's packing is not amortised, on few rows (M <= 896: 0.4 to
+    0.9x BLAS's time, once the product is big enough to matter, >= 1 M multiply-adds) and on
+    narrow outputs (N <= 16: 0.55 to 0.95x; also N <= 32 over M >= 65536 rows); BLAS keeps the
+    mid-sized and long products with wider outputs (the kernel is at par to 1.3x slower there).
+    ``transposes_weight``: the forward pass first copies the stored ``[N, K]`` weight into
+    ``[K, N]``, about 1.3 ns per element (3.5x a plain copy), which only pays off over
+    ``TRANSPOSE_ROWS`` rows or more (the input gradient uses the weight as stored). K < 16 (a
+    stem) stays with BLAS, and so does float64 (16 doubles per row of the block need twice the
+    registers)."""
+    if not (np.dtype(dtype) == np.float32 and n % 8 == 0 and k >= 16):
+        return False
+    if transposes_weight and m < TRANSPOSE_ROWS:
+        return False
+    return n <= NARROW or (m <= FEW_ROWS and m * k * n >= MIN_WORK) or (m >= MANY_ROWS and n <= 2 * NARROW)
 
 
 def suits_weight_grad(m: int, k: int, n: int, dtype) -> bool:
-    """Whether ``a^T @ b`` for a [M, K], b [M, N] goes through :func:`weight_grad`: long
-    reductions (M >= 65536, as :func:`suits`) whose K is whole tiles (measured on Zen 1, one
-    thread: 1.07x the direct-convolution kernel's weight gradient on [100352, 96] x [100352, 96],
-    1.15x on 96 x 16 channels)."""
+    """Whether ``a^T @ b`` for a [M, K], b [M, N] goes through :func:`weight_grad`: reductions over
+    ``LONG_ROWS`` rows or more, or over ``MIN_ROWS_WGRAD`` rows into a result of at least
+    ``WGRAD_ENTRIES`` entries, whose K is whole tiles. Measured on Zen 1 (1 and 2 threads, the
+    benchmark's pointwise shapes): 0.55-0.7x BLAS's time (and 0.85-0.95x the direct kernel's) on
+    B0-224's [3136 pixels] x [80..672 channels]; 0.6-0.85x the direct kernel on 16384-50176
+    pixels of 24-144 channels, when the result's wider side is N (the caller tries that
+    orientation first); BLAS or the direct kernel keep the shorter reductions and the small results."""
     vec = vec_for(n)
-    return np.dtype(dtype) == np.float32 and vec is not None and k % TILES[vec] == 0 and m >= MANY_ROWS
+    if not (np.dtype(dtype) == np.float32 and vec is not None and k % TILES[vec] == 0):
+        return False
+    return m >= LONG_ROWS or m >= MIN_ROWS_WGRAD and k * n >= WGRAD_ENTRIES
 
 
 def vec_for(n: int) -> int | None:

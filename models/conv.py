@@ -127,7 +127,7 @@ class Conv2d(Layer):
         if self.path == "pointwise":
             self.x = x  # kept for the weight gradient
             w2 = self.weight.data.reshape(self.cout, self.cin)
-            if P.suits(y.size // self.cout, self.cin, self.cout, self.dtype):
+            if P.suits(y.size // self.cout, self.cin, self.cout, self.dtype, transposes_weight=True):
                 wt = self._temp("conv_weight", (self.cin, self.cout))
                 np.copyto(wt, w2.T)
                 P.matmul(np.ascontiguousarray(x).reshape(-1, self.cin), wt, y.reshape(-1, self.cout),
@@ -175,6 +175,10 @@ class Conv2d(Layer):
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
         n, ho, wo = dy5.shape[:3]
+        if D.suits_group_weight_grad(ho, wo, x5.shape[3], x5.shape[4], dy5.shape[4]):
+            out = self._temp("conv_wgrad_groups", (x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
+            D.group_weight_grad(x5, dy5, out, self.sh, self.sw, *pads)
+            return out
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(_WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see _WGRAD_CHUNKS
         cg = x5.shape[4]
@@ -197,18 +201,15 @@ class Conv2d(Layer):
         m = dy2.shape[0]
         run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
         x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
-        small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if P.suits_weight_grad(m, self.cout, self.cin, self.dtype):
-            grad[...] = self._pointwise_weight_grad(dy2, self.x.reshape(-1, self.cin))
-        elif P.suits_weight_grad(m, self.cin, self.cout, self.dtype):
-            grad[...] = self._pointwise_weight_grad(self.x.reshape(-1, self.cin), dy2).T
-        elif small and D.vec_for(self.cin):
-            grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
-        elif small and D.vec_for(self.cout):
-            grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
+        x2 = self.x.reshape(-1, self.cin)
+        # [Cout, Cin] as dy^T x, or its transpose x^T dy: the wider side as N (the register block's vectors) first
+        for a, b, flip in sorted([(dy2, x2, False), (x2, dy2, True)], key=lambda o: -o[1].shape[1]):
+            if P.suits_weight_grad(m, a.shape[1], b.shape[1], self.dtype):
+                part = self._pointwise_weight_grad(a, b)
+                grad[...] = part.T if flip else part
+                break
         else:
-            _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
-                            self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
+            self._small_weight_grad(dy2, x5, dy5, m, grad)
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
@@ -217,6 +218,17 @@ class Conv2d(Layer):
         else:
             _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
+
+    def _small_weight_grad(self, dy2, x5, dy5, m: int, grad) -> None:
+        """The weight gradient of a 1x1 convolution that :func:`P.suits_weight_grad` leaves out."""
+        small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
+        if small and D.vec_for(self.cin):
+            grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
+        elif small and D.vec_for(self.cout):
+            grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
+        else:
+            _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
+                            self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
 
     def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a^T @ b by the pointwise kernel: ``_WGRAD_CHUNKS`` partials (whole chunks per thread), summed in order."""

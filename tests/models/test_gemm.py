@@ -30,11 +30,12 @@ SHAPES = [(4099, 64, 48), (24, 2000, 3000), (24, 700, 300), (37, 1500, 33)]
 
 
 def test_the_split_is_a_function_of_the_shape():
-    assert _gemm.split(4099, 48, 64) == (3, False)  # 1365-row blocks (4 Mi multiply-adds each)
-    assert _gemm.split(24, 3000, 2000) == (34, True)  # too few rows: 87-column blocks
+    assert _gemm.split(4099, 48, 64) == (4, False)  # 3 blocks of 1365 rows (4 Mi multiply-adds), made 4
+    assert _gemm.split(24, 3000, 2000) == (36, True)  # too few rows: 34 blocks of 87 columns, made 36
     assert _gemm.split(37, 33, 1500) == (1, False)
     assert _gemm.split(100352, 96, 96) == (64, False)  # capped at 64 blocks
-    assert _gemm.split(96, 96, 100352) == (6, False)  # a long reduction: 16-row blocks of the result
+    assert _gemm.split(96, 96, 100352) == (8, False)  # a long reduction: 6 blocks of 16 rows, made 8
+    assert _gemm.split(2048, 64, 64) == (2, False)  # 2 blocks stay 2
     assert _gemm.split(3136, 48, 8) == (1, False)  # 1.2 M multiply-adds: one call
 
 

@@ -57,25 +57,34 @@ def test_weight_grad_matches_float64(threads, dtype, m, k, n):
 
 
 def test_rule():
-    assert P.suits(1 << 16, 16, 96, np.float32) and P.suits(72, 272, 1088, np.float32)
-    assert not P.suits(1 << 16, 16, 96, np.float64)  # float64: BLAS
+    assert P.suits(1 << 16, 16, 32, np.float32) and P.suits(72, 272, 1088, np.float32)  # long and narrow; few rows
+    assert P.suits(2048, 96, 16, np.float32) and P.suits(72, 1088, 272, np.float32)
+    assert not P.suits(1 << 16, 16, 96, np.float32)  # long, wider output: BLAS
+    assert not P.suits(1 << 16, 16, 32, np.float64)  # float64: BLAS
     assert not P.suits(4096, 40, 240, np.float32)  # mid-sized: BLAS
-    assert not P.suits(72, 1088, 272, np.float32)  # few rows, narrow output: BLAS
+    assert not P.suits(128, 48, 128, np.float32)  # few rows, but under 1 M multiply-adds: BLAS
     assert not P.suits(1 << 16, 8, 32, np.float32)  # a stem's few input channels: BLAS
     assert not P.suits(1 << 16, 16, 36, np.float32)  # N not a multiple of 8
-    assert P.suits_weight_grad(1 << 16, 96, 96, np.float32) and P.suits_weight_grad(1 << 16, 48, 8, np.float32)
+    # the forward pass transposes the weight first: only worth it over 1024 rows or more
+    assert not P.suits(72, 272, 1088, np.float32, transposes_weight=True)
+    assert P.suits(1 << 16, 16, 32, np.float32, transposes_weight=True)
+    assert P.suits_weight_grad(1 << 16, 96, 96, np.float32) and P.suits_weight_grad(1 << 14, 48, 8, np.float32)
+    assert P.suits_weight_grad(3136, 480, 80, np.float32)  # B0-224's 14 x 14 stage: a result of 38400 entries
     assert not P.suits_weight_grad(1 << 16, 16, 96, np.float32)  # K not whole tiles (6 for N = 96)
-    assert not P.suits_weight_grad(4096, 96, 96, np.float32)  # a short reduction
+    assert not P.suits_weight_grad(4096, 96, 96, np.float32)  # a short reduction into a small result
+    assert not P.suits_weight_grad(1024, 480, 80, np.float32)  # too short
 
 
-# (batch, H, W, cin, cout): few rows into a wide output (forward direct, input gradient BLAS),
+# (batch, H, W, cin, cout): few rows into a wide output (forward BLAS, input gradient direct),
 # and many rows (all direct, the weight gradient as dy^T x, or as (x^T dy)^T), with a ragged last tile
-@pytest.mark.parametrize("shape", [(2, 3, 7, 24, 448), (1, 257, 256, 16, 24), (1, 257, 256, 48, 8)])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 64, 448), (1, 257, 256, 16, 24), (1, 257, 256, 48, 8)])
 def test_conv_on_the_direct_path_matches_float64(threads, shape):
     n, h, w, cin, cout = shape
     rng = np.random.default_rng(1)
     conv = Conv2d("c", "b", cin, cout, 1, dtype=np.float32, rng=rng)
-    assert conv.path == "pointwise" and P.suits(n * h * w, cin, cout, np.float32)
+    m = n * h * w  # the forward pass or the input gradient (or both) through the kernel
+    assert conv.path == "pointwise"
+    assert P.suits(m, cin, cout, np.float32, transposes_weight=True) or P.suits(m, cout, cin, np.float32)
     x = rng.standard_normal((n, h, w, cin)).astype(np.float32)
     g = rng.standard_normal((n, h, w, cout)).astype(np.float32)
     w64 = conv.weight.data.reshape(cout, cin).astype(np.float64)

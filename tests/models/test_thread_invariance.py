@@ -49,6 +49,7 @@ def test_one_and_two_threads_train_bitwise_alike(name, res, options):
     (16, 512, 1, 1, (8, 14, 14)),  # few input channels into many
     (512, 16, 1, 1, (8, 14, 14)),
     (96, 96, 3, 6, (8, 28, 28)),  # G16
+    (224, 224, 5, 14, (8, 12, 12)),  # G16 on a small map: the weight gradient by groups
     (96, 96, 3, 96, (8, 28, 28)),  # depthwise
 ])
 def test_a_convolution_computes_bitwise_alike_on_one_and_two_threads(cin, cout, k, groups, shape):
