@@ -81,7 +81,33 @@ def _workers() -> ThreadPoolExecutor | None:
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="models-gemm") if n > 1 and not _numba_blas \
             else None
         _pool_size = n
+        _warm(n)
     return _pool
+
+
+def _warm(threads: int) -> None:
+    """One small product on the calling thread and on each of numba's threads (``threads`` blocks).
+
+    Measured with numpy's OpenBLAS 0.3.31 (Haswell kernels, Zen 1), one thread: a thread's first
+    products of some shapes run about 3x slower than later (a fresh process: [3136, 480] @
+    [480, 80] takes 21 ms per call, call after call) until that thread has computed a product
+    with a short reduction (K of 80, 272 or 300 did it; 100, 384 or 480 did not), after which
+    the same call takes 7 ms for good. The cause was not found (not page faults, not denormals:
+    flushing them changes nothing). A training step calls many shapes and leaves the slow state
+    within its first step; a process that runs one shape only, such as a single-layer benchmark,
+    stayed in it (a 1x1 convolution on [32, 56, 56, 96] took 37 against 30 ms). This costs about
+    a millisecond, once per thread count."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64 * max(threads, 1), 272)).astype(np.float32)
+    b = rng.standard_normal((272, 64)).astype(np.float32)
+    out = np.empty((a.shape[0], 64), np.float32)
+    np.matmul(a[:64], b, out=out[:64])
+    if _numba_blas and threads > 1:
+        _jit.use_threads(threads)
+        B.gemm(False, B.NO_TRANS, B.NO_TRANS, a.shape[0], 64, 272, a.ctypes.data, 272, b.ctypes.data, 64,
+               out.ctypes.data, 64, threads, False)
+    elif threads > 1:
+        list(_pool.map(lambda s: np.matmul(a[s], b, out=out[s]), _blocks(a.shape[0], threads)))
 
 
 def pool_size() -> int:

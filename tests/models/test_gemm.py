@@ -18,6 +18,7 @@ def two_threads(monkeypatch):
         pytest.skip("needs NUMBA_NUM_THREADS >= 2 to split products")
     old = _jit.get_num_threads()
     _jit.set_num_threads(2)
+    _gemm.pool_size()  # set up for 2 threads (and warm them: _gemm._warm) before counting
     calls = []
     gemm = _gemm.B.gemm
     monkeypatch.setattr(_gemm.B, "gemm", lambda *args: calls.append(args[-2:]) or gemm(*args))
@@ -27,6 +28,25 @@ def two_threads(monkeypatch):
 
 # (M, K, N): split by rows; few rows (split by columns); one block; odd sizes
 SHAPES = [(4099, 64, 48), (24, 2000, 3000), (24, 700, 300), (37, 1500, 33)]
+
+
+def test_every_thread_is_warmed_once_per_thread_count(monkeypatch):
+    old = _jit.get_num_threads()
+    _jit.set_num_threads(1)
+    _gemm.pool_size()  # set up (finds numpy's OpenBLAS) on one thread
+    if not _gemm._numba_blas or numba.config.NUMBA_NUM_THREADS < 2:
+        _jit.set_num_threads(old)
+        pytest.skip("needs numba's BLAS and NUMBA_NUM_THREADS >= 2")
+    calls = []
+    gemm = _gemm.B.gemm
+    monkeypatch.setattr(_gemm.B, "gemm", lambda *args: calls.append(args[-2:]) or gemm(*args))
+    try:
+        _jit.set_num_threads(2)
+        _gemm.pool_size()
+        _gemm.pool_size()
+        assert calls == [(2, False)]  # one block per thread, once
+    finally:
+        _jit.set_num_threads(old)
 
 
 def test_the_split_is_a_function_of_the_shape():
