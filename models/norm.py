@@ -21,10 +21,10 @@ from models.param import Param
 
 ACTS = {None: K.NONE, "silu": K.SILU, "relu": K.RELU}
 _CHUNKS = 32  # row chunks for the parallel column reductions
-# Off (no tensor is this large): at 2^24, B0 at 224 px batch 32 recomputed for block2a's expand norm
-# only, saving 145 MiB of peak RSS (3344 -> 3199 MiB) but taking 2.98 -> 3.15-3.27 s per step (2 threads),
-# more than those MiB are worth; lower it to trade speed for memory (bitwise the same results, tested).
-RECOMPUTE_SIGMOID_ELEMS = 1 << 62
+# At 2^24 elements, B0 at 224 px batch 32 recomputes for block2a's expand norm only ([32, 112, 112, 96]):
+# 145 MiB less peak RSS (3345 -> about 3200 MiB, below PyTorch's 3309) for +49 ms of backward and -7 ms of
+# forward on that layer (measured on Zen 1, 2 threads: 76/75 -> 69/124 ms), about 1.5 % of the step.
+RECOMPUTE_SIGMOID_ELEMS = 1 << 24
 
 
 def _act_code(act: str | None, name: str) -> int:
