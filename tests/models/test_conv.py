@@ -44,9 +44,9 @@ def test_bad_groups_and_padding_are_reported():
         Conv2d("c", "b", 8, 8, 3).forward(np.zeros((1, 4, 4, 3), np.float32), True)
 
 
-# (cin, cout, groups): regular, grouped, depthwise, grouped with 16 channels per group (G16; with 4 groups
+# (cin, cout, groups): regular, grouped, depthwise, grouped with 16 channels per group (G16; with 8 groups
 # on these small maps its weight gradient goes by groups, D.group_weight_grad), an RGB stem
-CHANNELS = [(3, 5, 1), (4, 6, 2), (6, 6, 6), (32, 32, 2), (64, 64, 4), (3, 16, 1)]
+CHANNELS = [(3, 5, 1), (4, 6, 2), (6, 6, 6), (32, 32, 2), (128, 128, 8), (3, 16, 1)]
 GRID = list(itertools.product(CHANNELS, [1, 2, 3, 5], [1, 2], ["same", "symmetric", (0, 1, 2, 0)]))
 
 
