@@ -31,8 +31,6 @@ VECS = (16, 8)  # output channels per register block: 16 when the group width al
 # files are not used for bigger tiles.
 TILES = {16: (4, 6), 8: (6, 12)}
 BLOCK_PIXELS = 64  # weight gradient: output pixels summed in registers between two flushes
-SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
-GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes
 _WIDE_SPEEDUP = 1.08  # measured (Zen 1): the wide tile computes each pixel this much faster
 _kernels: dict = {}
 
@@ -82,35 +80,6 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     if key not in _kernels:
         _kernels[key] = _make_weight_grad(key[1], channel_block(key[1]))
     _kernels[key](x, dy, part, sh, sw, pt, pl, block, scratch)
-
-
-def suits_group_weight_grad(ho: int, wo: int, groups: int, cg: int, cog: int) -> bool:
-    """Whether the weight gradient goes through :func:`group_weight_grad`: small feature maps
-    (at most ``SMALL_MAP`` output pixels per image) with ``MIN_GROUPS`` groups or more (the work
-    items), whose input channels are whole channel blocks. A rule on the shape alone (see
-    ``_gemm``). Measured on Zen 1, 2 threads, every G16 layer of B4-G16-GN (96 px, batch 8) and
-    B0-G16-GN (64 px, batch 64): 0.2-0.9x the chunked kernel's time on maps of 12 x 12 and
-    less (B4's 3 x 3 maps under 5 x 5 kernels: 2.0 against 4.2 ms); at par or slower on larger
-    maps and with 6 groups or fewer; the weight gradients of those two models together 99 ->
-    73 and 110 -> 78 ms per step (one thread, B4: 167 -> 124 ms)."""
-    vec = vec_for(cog)
-    return vec is not None and ho * wo <= SMALL_MAP and groups >= MIN_GROUPS and cg % channel_block(vec) == 0
-
-
-def group_weight_grad(x, dy, out, sh, sw, pt, pl) -> None:
-    """out[g, kh, kw, c] = the sum over images and output pixels of
-    x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * dy[n, ho, wo, g] (vectors of Cg_out), over the
-    pixels whose tap falls inside the image only. Work items are (group, kernel row) pairs, each
-    summing over every image (in blocks of whole images of about ``GROUP_PIXELS`` output pixels,
-    which stay in cache across the taps; the registers are added into ``out`` after each block),
-    so no partial sums and no zero padding are needed: on small maps (3 x 3 pixels under a 5 x 5
-    kernel, 9 of 25 taps inside) the pixel-chunked :func:`weight_grad` would flush its registers
-    after a handful of pixels and multiply zeros. Each output is one chain of additions in an
-    order fixed by the shape, whatever the thread count."""
-    key = ("group_weight_grad", vec_for(dy.shape[4]))
-    if key not in _kernels:
-        _kernels[key] = _make_group_weight_grad(key[1], channel_block(key[1]))
-    _kernels[key](x, dy, out, sh, sw, pt, pl, max(1, GROUP_PIXELS // (dy.shape[1] * dy.shape[2])))
 
 
 def _make_conv(VEC: int, TILE: int):
@@ -207,45 +176,5 @@ def _make_weight_grad(VEC: int, CB: int):
                                     for u in range(CB):
                                         for v in range(VEC):
                                             part[k, g, kh, kw, c0 + u, b + v] += acc[u, v]
-
-    return kernel
-
-
-def _make_group_weight_grad(VEC: int, CB: int):
-    """The by-group weight-gradient kernel for one register block (see :func:`group_weight_grad`)."""
-
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, dy, out, sh, sw, pt, pl, images):
-        n_, h_, w_, groups, cg = x.shape
-        ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
-        kh_, kw_ = out.shape[1], out.shape[2]
-        for item in prange(groups * kh_):
-            g = item // kh_
-            kh = item % kh_
-            acc = np.empty((CB, VEC), out.dtype)
-            q0 = max(0, -((kh - pt) // sh))  # output rows whose tap row lies inside the image
-            q1 = min(ho_, (h_ - 1 + pt - kh) // sh + 1)
-            for n0 in range(0, n_, images):  # blocks of images: their rows stay in cache across the taps
-                for kw in range(kw_):
-                    w0 = max(0, -((kw - pl) // sw))
-                    w1 = min(wo_, (w_ - 1 + pl - kw) // sw + 1)
-                    for c0 in range(0, cg, CB):
-                        for b in range(0, cog, VEC):
-                            acc[:] = 0
-                            for n in range(n0, min(n_, n0 + images)):
-                                for q in range(q0, q1):
-                                    row = q * sh - pt + kh
-                                    for wo in range(w0, w1):
-                                        col = wo * sw - pl + kw
-                                        for u in range(CB):
-                                            xv = x[n, row, col, g, c0 + u]
-                                            for v in range(VEC):
-                                                acc[u, v] += xv * dy[n, q, wo, g, b + v]
-                            for u in range(CB):
-                                for v in range(VEC):
-                                    if n0 == 0:
-                                        out[g, kh, kw, c0 + u, b + v] = acc[u, v]
-                                    else:
-                                        out[g, kh, kw, c0 + u, b + v] += acc[u, v]
 
     return kernel

@@ -27,6 +27,7 @@ import numpy as np
 from models import _conv_kernels as K
 from models import _direct_conv_kernels as D
 from models import _pointwise_kernels as P
+from models import _small_map_kernels as S
 from models import _gemm, _jit
 from models.layer import Layer, Shape
 from models.param import Param
@@ -175,9 +176,9 @@ class Conv2d(Layer):
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
         n, ho, wo = dy5.shape[:3]
-        if D.suits_group_weight_grad(ho, wo, x5.shape[3], x5.shape[4], dy5.shape[4]):
+        if S.suits_group_weight_grad(ho, wo, x5.shape[3], x5.shape[4], dy5.shape[4]):
             out = self._temp("conv_wgrad_groups", (x5.shape[3], self.kh, self.kw, x5.shape[4], dy5.shape[4]))
-            D.group_weight_grad(x5, dy5, out, self.sh, self.sw, *pads)
+            S.group_weight_grad(x5, dy5, out, self.sh, self.sw, *pads)
             return out
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(_WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see _WGRAD_CHUNKS
