@@ -91,6 +91,21 @@ def act_grad(z, act):
     return 1.0
 
 
+@jit()
+def _sum_parts(part, a, b):
+    """a[c], b[c] = the sums over chunks t = 0, 1, ... in order of part[t, 0, c] and part[t, 1, c]
+    (plain loops: a strided slice and its .sum() per column cost microseconds each, which is
+    most of a small tensor's statistics)."""
+    for c in range(part.shape[2]):
+        sa = 0.0
+        sb = 0.0
+        for t in range(part.shape[0]):
+            sa += part[t, 0, c]
+            sb += part[t, 1, c]
+        a[c] = sa
+        b[c] = sb
+
+
 @jit(parallel=True)
 def column_moments(x, shift, s1, s2, chunks):
     """s1[c] = sum(x - shift[c]), s2[c] = sum((x - shift[c])**2) over rows of x [M, C], in one
@@ -107,9 +122,7 @@ def column_moments(x, shift, s1, s2, chunks):
                 d = float(row[c]) - shift[c]
                 p1[c] += d
                 p2[c] += d * d
-    for c in range(c_):
-        s1[c] = part[:, 0, c].sum()
-        s2[c] = part[:, 1, c].sum()
+    _sum_parts(part, s1, s2)
 
 
 @jit()
@@ -195,9 +208,7 @@ def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act
                 sigmoid_row(x[r], mu, mu_lo, a, beta, srow)
                 sr = srow
             _dz_row(x[r], dy[r], sr, mu, mu_lo, a, beta, invstd, dz[r], part[t, 0], part[t, 1], act)
-    for c in range(c_):
-        s0[c] = part[:, 0, c].sum()
-        s1[c] = part[:, 1, c].sum()
+    _sum_parts(part, s0, s1)
 
 
 @jit(parallel=True)
