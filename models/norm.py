@@ -66,6 +66,14 @@ class _Norm(ConsumesGradient, Layer):
     def params(self) -> list[Param]:
         return [self.weight, self.bias]
 
+    def _tiled(self, key: str, values: np.ndarray, k: int, dtype=None) -> np.ndarray:
+        """``values`` (one per channel) repeated ``k`` times, cast to ``dtype`` (the layer's by
+        default), in a buffer of this layer (np.tile costs several microseconds a call, which
+        adds up over a small tensor's many per-channel arrays)."""
+        out = self._buf(key, (k * values.shape[0],), dtype)
+        out.reshape(k, -1)[...] = values
+        return out
+
     def _sig_buf(self, y):
         """Where SiLU keeps sigmoid(z) for backward (``self.keep``), else y as an unused stand-in."""
         self.keep = self.act == K.SILU and (y.size < RECOMPUTE_SIGMOID_ELEMS or not self.recomputes)
@@ -118,7 +126,7 @@ class BatchNorm2d(_Norm):
                 raise ValueError(f"batch norm {self.name}: training needs more than one value per channel, "
                                  f"got input shape {x.shape}")
             s1, s2 = self._buf("s1", (k * c,), np.float64), self._buf("s2", (k * c,), np.float64)
-            shift = np.tile(xw[0, :c].astype(np.float64), k)
+            shift = self._tiled("shift", xw[0, :c], k, np.float64)
             K.column_moments(xw, shift, s1, s2, chunks)
             d1 = s1.reshape(k, c).sum(axis=0) / m
             mean[...] = shift[:c] + d1
@@ -134,8 +142,8 @@ class BatchNorm2d(_Norm):
         _split(mean, mu, mu_lo)
         a = (self.weight.data * invstd).astype(self.dtype)
         self.k, self.training, self.x = k, training, x
-        self.mu, self.mu_lo, self.a = np.tile(mu, k), np.tile(mu_lo, k), np.tile(a, k)
-        self.beta, self.invstd = np.tile(self.bias.data, k), np.tile(invstd, k)
+        self.mu, self.mu_lo, self.a = self._tiled("mu", mu, k), self._tiled("mu_lo", mu_lo, k), self._tiled("a", a, k)
+        self.beta, self.invstd = self._tiled("beta", self.bias.data, k), self._tiled("invstd", invstd, k, np.float64)
         y = self._buf("y", x.shape)
         self.sig = self._sig_buf(y)
         K.affine_act(xw, self.mu, self.mu_lo, self.a, self.beta, y.reshape(xw.shape), self.sig.reshape(xw.shape),
@@ -155,8 +163,8 @@ class BatchNorm2d(_Norm):
         self.bias.grad[...] = dbeta
         if self.training:  # dx = a * (dz - mean(dz) - xhat * mean(dz * xhat))
             m = self.x.size // c
-            k0 = np.tile(dbeta / m, k).astype(self.dtype)
-            k1 = np.tile(dgamma / m * self.invstd[:c], k).astype(self.dtype)
+            k0 = self._tiled("k0", dbeta / m, k)
+            k1 = self._tiled("k1", dgamma / m * self.invstd[:c], k)
             K.norm_backward_apply(xw, self.mu, self.mu_lo, self.a, k0, k1, dxw)
         else:
             K.scale_columns(dxw, self.a)
