@@ -87,10 +87,11 @@ def _row_flops(kind: str, what: str, res: int, batch: int) -> float:
     return 6.0 * batch * res * res * C * k * k * (C // groups)
 
 
-def ours(row: str, steps: int) -> dict:
+def make_step(row: str):
+    """One step of ``row`` with ``models/`` (whichever ``models`` package comes first on sys.path):
+    a training step (forward, loss, backward, SGD with momentum) or a layer's forward + backward."""
     import numpy as np
 
-    import models
     from models import build_model, softmax_cross_entropy
     from models.conv import Conv2d
     from models.norm import GroupNorm
@@ -120,6 +121,14 @@ def ours(row: str, steps: int) -> dict:
             _, dlogits = softmax_cross_entropy(model.forward(x, True), labels)
             model.backward(dlogits, need_dx=False)
             opt.step(0.01)
+    return step
+
+
+def ours(row: str, steps: int) -> dict:
+    import models
+
+    kind, what, res, batch = ROWS[row]
+    step = make_step(row)
     sec = _time(step, 2, steps)
     import numba
 
