@@ -192,17 +192,10 @@ class Conv2d(Layer):
         return part.sum(axis=0)[..., :cg, :]
 
     def _backward_pointwise(self, dy):
-        dy2 = dy.reshape(-1, self.cout)
+        dy2, x2 = dy.reshape(-1, self.cout), self.x.reshape(-1, self.cin)
         w2 = self.weight.data.reshape(self.cout, self.cin)
         grad = self.weight.grad.reshape(self.cout, self.cin)
-        # For a long reduction over pixels (or few channels) the direct kernel beats OpenBLAS
-        # (measured on Zen 1: 20-25 against 10-12 GFLOP/s; BLAS wins on short reductions into
-        # matrices from ~64 x 128). A 1x1 kernel does not care where rows end: pixels go in runs of up to 128 (the kernel
-        # keeps a run's accumulators in registers), with enough runs for every thread.
         m = dy2.shape[0]
-        run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
-        x5, dy5 = self.x.reshape(1, m // run, run, 1, self.cin), dy.reshape(1, m // run, run, 1, self.cout)
-        x2 = self.x.reshape(-1, self.cin)
         # [Cout, Cin] as dy^T x, or its transpose x^T dy: the wider side as N (the register block's vectors) first
         for a, b, flip in sorted([(dy2, x2, False), (x2, dy2, True)], key=lambda o: -o[1].shape[1]):
             if P.suits_weight_grad(m, a.shape[1], b.shape[1], self.dtype):
@@ -210,7 +203,7 @@ class Conv2d(Layer):
                 grad[...] = part.T if flip else part
                 break
         else:
-            self._small_weight_grad(dy2, x5, dy5, m, grad)
+            self._small_weight_grad(dy2, x2, grad)
         if not self.need_dx:
             return None
         dx = self._grad_buf(self.x_shape)
@@ -220,16 +213,24 @@ class Conv2d(Layer):
             _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx
 
-    def _small_weight_grad(self, dy2, x5, dy5, m: int, grad) -> None:
-        """The weight gradient of a 1x1 convolution that :func:`P.suits_weight_grad` leaves out."""
+    def _small_weight_grad(self, dy2, x2, grad) -> None:
+        """The weight gradient of a 1x1 convolution that :func:`P.suits_weight_grad` leaves out.
+        For a long reduction over pixels (or few channels) the direct kernel beats OpenBLAS
+        (measured on Zen 1: 20-25 against 10-12 GFLOP/s; BLAS wins on short reductions into
+        matrices from ~64 x 128). A 1x1 kernel does not care where rows end: pixels go in runs of
+        up to 128 (the kernel keeps a run's accumulators in registers), with enough runs for every
+        thread."""
+        m = dy2.shape[0]
         small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-        if small and D.vec_for(self.cin):
-            grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
-        elif small and D.vec_for(self.cout):
-            grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
+        if small and (D.vec_for(self.cin) or D.vec_for(self.cout)):
+            run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
+            x5, dy5 = x2.reshape(1, m // run, run, 1, self.cin), dy2.reshape(1, m // run, run, 1, self.cout)
+            if D.vec_for(self.cin):
+                grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
+            else:
+                grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
         else:
-            _gemm.matmul_tn(dy2, self.x.reshape(-1, self.cin), grad,
-                            self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
+            _gemm.matmul_tn(dy2, x2, grad, self._temp("gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
 
     def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a^T @ b by the pointwise kernel: ``_WGRAD_CHUNKS`` partials (whole chunks per thread), summed in order."""
