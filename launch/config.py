@@ -166,7 +166,7 @@ class RunConfig:
     plots: bool = True
     progress_bar: bool = True
     kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
-    pause_at_step: int = 0  # test hook: every instance stops itself (SIGSTOP) after this update, unless resumed
+    pause_at_step: int = 0  # test hook: every instance waits after this update for a stop signal, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
     tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
     tensorboard_every: int = 10  # updates per TensorBoard training point (their mean); metrics.jsonl has every one

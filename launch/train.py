@@ -180,7 +180,7 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
                 if lead:
                     bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             loop.seconds += time.perf_counter() - begin
-            _maybe_pause(t, resumed)
+            _maybe_pause(t, resumed, stop)
             tick = now
             if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
@@ -284,14 +284,14 @@ def _maybe_kill(t: Training, resumed: bool) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _maybe_pause(t: Training, resumed: bool) -> None:
-    """Test hook ``run.pause_at_step``: every instance stops itself (SIGSTOP) after that update, unless
-    resumed, so that a test can send a signal that surely arrives before the next update; it
-    continues on SIGCONT."""
-    if t.cfg.run.pause_at_step and t.engine.step == t.cfg.run.pause_at_step and not resumed:
-        logger.warning("run.pause_at_step=%d: stopping myself (pid %d) until SIGCONT.", t.engine.step, os.getpid())
+def _maybe_pause(t: Training, resumed: bool, stop: StopRequest | None) -> None:
+    """Test hook ``run.pause_at_step``: unless resumed, every instance waits after that update until
+    it has been asked to stop (SIGUSR1), so that a test knows the request lands in the next update.
+    The log line tells the test that the instance is waiting (its handler is in place)."""
+    if t.cfg.run.pause_at_step and t.engine.step == t.cfg.run.pause_at_step and not resumed and stop is not None:
+        logger.warning("run.pause_at_step=%d: pid %d waits for a stop signal.", t.engine.step, os.getpid())
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)
+        stop.wait()
 
 
 def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int,

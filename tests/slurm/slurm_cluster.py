@@ -9,6 +9,13 @@ pid; nothing is read from or written to ``/etc/slurm``, ``/etc/munge`` or ``/run
 The node: this host, all its CPUs, ``select/cons_tres`` with CPUs as the consumable,
 ``MpiDefault=pmi2``, ``proctrack/linuxproc`` (no cgroups needed), requeue allowed.
 
+Waiting (``wait``) is driven by events (see ``events``): the daemons log at ``debug``, and each
+state change the tests wait for is followed by a line in a log, written once the change is made:
+- the node is idle: slurmctld's ``validate_node_specs: node <host> registered with <n> jobs``;
+- a job has left the queue (ended, epilog run, no longer COMPLETING): slurmd's ``JobId=<id>: sent
+  epilog complete msg``, written once the controller has answered that message;
+- a step's tasks have started or ended: slurmstepd's lines in slurmd's log.
+
 MPICH and Slurm job ids. Under ``srun --mpi=pmi2`` MPICH names its node-local start-up segment
 ``/dev/shm/mpich_shm_<FNV-1a hash of the PMI kvsname>_<node>``, and Slurm's kvsname is
 ``<job id>.<step id>``. MPI_Finalize unlinks it; a step whose processes are killed first (a crash,
@@ -31,6 +38,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from events import Events
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
 
@@ -82,8 +91,8 @@ SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/slurmctld.log
 SlurmdLogFile={root}/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
+SlurmctldDebug=debug
+SlurmdDebug=debug
 MpiDefault=pmi2
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -117,6 +126,7 @@ class SlurmCluster:
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
         self.startup_s = float("nan")
+        self.events: Events | None = None
         self.first_job_id = random.randrange(1_000, 60_000_000)
 
     # -- environment for clients -------------------------------------------------------------
@@ -145,6 +155,7 @@ class SlurmCluster:
         for sub in ("munge", "state", "spool"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
+        self.events = Events().folder(self.root).folder(self.root / "munge")
         try:
             self._start_munge()
             ctld_port, slurmd_port = free_ports(2)
@@ -169,7 +180,7 @@ class SlurmCluster:
         self._spawn("munged", [_which("munged"), "--foreground", "--force", f"--socket={self.munge_socket}",
                                f"--key-file={key}", f"--log-file={munge / 'munged.log'}",
                                f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'munged.seed'}"])
-        self._poll(lambda: self.munge_socket.exists(), 10, "munged did not create its socket", "munged")
+        self.wait(lambda: self.munge_socket.exists(), 10, "munged to create its socket")
 
     def _write_epilog(self) -> None:
         """An epilog that never fails: a failing epilog drains the node."""
@@ -192,26 +203,32 @@ except Exception as err:
         self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
                                             start_new_session=True, preexec_fn=child_preexec(signal.SIGTERM))
         log.close()
+        self.events.process(self.procs[name].pid)
 
     def _wait_for_idle_node(self, timeout: float) -> None:
         def idle() -> bool:
             proc = self.run("sinfo", "-h", "-N", "-o", "%T", timeout=10)
             return proc.returncode == 0 and proc.stdout.strip() == "idle"
 
-        self._poll(idle, timeout, "the node did not become idle", "slurmctld", "slurmd")
+        self.wait(idle, timeout, "the node to become idle")
 
-    def _poll(self, ready, timeout: float, what: str, *daemons: str) -> None:
-        """Check ``ready()`` until it holds; fail at once if a daemon dies, or after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while not ready():
-            for name in daemons:
-                if self.procs[name].poll() is not None:
-                    raise RuntimeError(f"{name} exited with code {self.procs[name].returncode}:\n{self.log(name)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} within {timeout} s:\n" + "\n".join(self.log(d) for d in daemons))
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+    def wait(self, ready, timeout: float, what: str, *folders: str | os.PathLike) -> None:
+        """Until ``ready()`` holds, checked again whenever a daemon writes its log, a file in one of
+        ``folders`` changes (a job's output, say) or a daemon exits; fails at once, with its log,
+        if a daemon has died, and after ``timeout`` seconds with the daemons' logs."""
+        for folder in folders:
+            self.events.folder(folder)
+
+        def died() -> str | None:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    return f"{name} exited with code {proc.returncode}:\n{self.log(name)}"
+            return None
+
+        try:
+            self.events.wait(ready, timeout, what, failed=died)
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}:\n" + "\n".join(self.log(name) for name in self.procs)) from None
 
     def log(self, name: str) -> str:
         """The tail of a daemon's log files."""
@@ -227,8 +244,8 @@ except Exception as err:
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
             self.run("scancel", "--full", "--quiet", "--partition=test", timeout=10)
             try:
-                self._poll(lambda: not self.run("squeue", "-h", timeout=10).stdout.strip(), 30, "jobs left")
-            except RuntimeError:
+                self.wait(lambda: not self.run("squeue", "-h", timeout=10).stdout.strip(), 30, "the jobs to end")
+            except (TimeoutError, RuntimeError):
                 pass  # their processes are killed below
         for name in ("slurmd", "slurmctld", "munged"):
             proc = self.procs.pop(name, None)
@@ -248,6 +265,9 @@ except Exception as err:
                 proc.kill()
             except Exception:  # noqa: BLE001 - gone already
                 pass
+        if self.events is not None:
+            self.events.close()
+            self.events = None
         return killed
 
     def __enter__(self) -> "SlurmCluster":

@@ -6,12 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import psutil
-from slurm_cluster import SlurmCluster, leftover_processes
+from slurm_cluster import SlurmCluster
 
 from launch import checkpoint as ckpt
 
@@ -51,15 +49,6 @@ def sbatch(slurm: SlurmCluster, *args: str, cwd: Path, timeout: float = 240, **e
     return (job, *finish(slurm, job, cwd, timeout))
 
 
-def wait_until(ready, timeout: float, what: str) -> None:
-    """Check ``ready()`` every 0.2 s until it holds; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.2)
-
-
 def job_state(slurm: SlurmCluster, job: int) -> dict[str, str]:
     """``scontrol show job`` as a dict (JobState, Restarts, ExitCode, ...)."""
     text = slurm.run("scontrol", "show", "job", "--oneliner", str(job)).stdout
@@ -68,7 +57,7 @@ def job_state(slurm: SlurmCluster, job: int) -> dict[str, str]:
 
 def wait_gone(slurm: SlurmCluster, job: int, timeout: float = 60) -> None:
     """Until the job has left the queue (ended, and its epilog has run: no longer COMPLETING)."""
-    wait_until(lambda: not slurm.run("squeue", "-h", "-j", str(job)).stdout.strip(), timeout, f"job {job} to end")
+    slurm.wait(lambda: not slurm.run("squeue", "-h", "-j", str(job)).stdout.strip(), timeout, f"job {job} to end")
 
 
 # A small dense run (config "dense" with these overrides), 2 instances x 2 replicas: long enough
@@ -114,24 +103,3 @@ def assert_same_run(got: Path, want: Path) -> None:
     assert set(a) == set(b)
     for key in b:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
-def step_tasks(slurm: SlurmCluster, job: int, step: int = 0) -> list:
-    """The task processes of a job step (not srun, not slurmstepd)."""
-    found = []
-    for proc in leftover_processes(slurm.root):
-        try:
-            env = proc.environ()
-            if (proc.name() not in ("srun", "slurmstepd") and env.get("SLURM_JOB_ID") == str(job)
-                    and env.get("SLURM_STEP_ID") == str(step)):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
-
-
-def signal_pending(pid: int, signum: int) -> bool:
-    """Whether ``signum`` waits to be delivered to process ``pid`` (SigPnd/ShdPnd in /proc)."""
-    with open(f"/proc/{pid}/status") as f:
-        masks = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
-    return any(mask >> (signum - 1) & 1 for mask in masks)

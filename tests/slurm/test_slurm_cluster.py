@@ -8,7 +8,7 @@ import tempfile
 import psutil
 import pytest
 from slurm_cluster import SlurmCluster, leftover_processes, skip_reason
-from slurm_jobs import job_state, submit, wait_until
+from slurm_jobs import job_state, submit
 
 
 def test_a_cluster_with_a_running_job_stops_leaving_nothing(tmp_path):
@@ -17,9 +17,12 @@ def test_a_cluster_with_a_running_job_stops_leaving_nothing(tmp_path):
     cluster = SlurmCluster(tempfile.mkdtemp(prefix="slurm-")).start()
     try:
         daemons = [p.pid for p in cluster.procs.values()]
-        job = submit(cluster, "-n", "2", "--wrap", "srun -n 2 sleep 600", cwd=tmp_path)
-        wait_until(lambda: sum(p.name() == "sleep" for p in leftover_processes(cluster.root)) == 2, 60,
-                   "both tasks of the step to start")
+        # Each task says it has started (its line in tasks.txt), then becomes `sleep`.
+        job = submit(cluster, "-n", "2", "--wrap", "srun -n 2 sh -c 'echo up >> tasks.txt; exec sleep 600'",
+                     cwd=tmp_path)
+        tasks = tmp_path / "tasks.txt"
+        cluster.wait(lambda: tasks.exists() and tasks.read_text().count("up") == 2, 60, "both tasks of the step to start",
+                     tmp_path)
         assert job_state(cluster, job)["JobState"] == "RUNNING"
         steps = [p for p in leftover_processes(cluster.root) if p.name() == "slurmstepd"]
         assert len(steps) == 2  # the batch step and step 0
