@@ -4,7 +4,7 @@ Statistics: one pass per image with float64 accumulators of ``x - shift`` (``shi
 image's first pixel, per channel), combined exactly per group, so nothing cancels; as in
 ``_norm_kernels.column_moments``. Forward writes per image and channel ``mu + mu_lo`` (the float64
 mean split into two working-precision numbers) and ``a = invstd * gamma``, which
-``_norm_kernels.group_affine_act`` applies. Backward works per image: elementwise products in
+``group_affine_act`` applies, on each image seen as rows of at least 64 values (``wide_rows``). Backward works per image: elementwise products in
 the working precision, their sums over pixels (the dgamma/dbeta partials and the group means
 that dx needs) in float64.
 """
@@ -16,7 +16,9 @@ import math
 import numpy as np
 
 from models._jit import CONTRACT, jit, prange
-from models._norm_kernels import RELU, SILU
+from models._norm_kernels import RELU, SILU, silu_parts
+
+BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)
 
 
 @jit(parallel=True)
@@ -57,6 +59,66 @@ def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
                 a[n, c] = inv * gamma[c]
 
 
+@jit()
+def wide_rows(m, c):
+    """Pixels per row when an image [m, c] is read as [m / k, k * c]: the largest k <= 64 / c that
+    divides m, so that a row holds at least 64 values where it can (the inner loops then vectorise;
+    a row of 8 channels would run in scalar remainder code)."""
+    k = max(1, 64 // c)
+    while m % k:
+        k -= 1
+    return k
+
+
+@jit()
+def _tile(values, k, out):
+    """out = values repeated k times (the per-channel parameters of a widened row)."""
+    c_ = values.shape[0]
+    for j in range(k):
+        for c in range(c_):
+            out[j * c_ + c] = values[c]
+
+
+@jit(parallel=True)
+def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
+    """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) for x, y [N, HW, C], mu, mu_lo, a [N, C],
+    beta [C]; with SiLU and ``keep`` also sig = sigmoid(z). Element by element the arithmetic of
+    ``_norm_kernels._affine_row`` (bitwise the same results); each image is read as rows of
+    ``wide_rows`` pixels, in blocks of about ``BLOCK_ELEMS`` values."""
+    n_, m_, c_ = x.shape
+    k = wide_rows(m_, c_)
+    rows, w = m_ // k, k * c_
+    blocks = max(1, min(rows, rows * w // BLOCK_ELEMS))
+    bt = np.empty(w, beta.dtype)
+    _tile(beta, k, bt)
+    for i in prange(n_ * blocks):
+        n = i // blocks
+        b = i - n * blocks
+        xs, ys = x[n].reshape(rows, w), y[n].reshape(rows, w)
+        ss = sig[n].reshape(rows, w) if keep else ys
+        mt, lt, at = np.empty(w, mu.dtype), np.empty(w, mu.dtype), np.empty(w, a.dtype)
+        _tile(mu[n], k, mt)
+        _tile(mu_lo[n], k, lt)
+        _tile(a[n], k, at)
+        for r in range(b * rows // blocks, (b + 1) * rows // blocks):
+            xr, yr, sr = xs[r], ys[r], ss[r]
+            if act == SILU and keep:
+                for j in range(w):
+                    z, sz = silu_parts(xr[j], mt[j], lt[j], at[j], bt[j])
+                    sr[j] = sz
+                    yr[j] = z * sz
+            elif act == SILU:
+                for j in range(w):
+                    z, sz = silu_parts(xr[j], mt[j], lt[j], at[j], bt[j])
+                    yr[j] = z * sz
+            elif act == RELU:
+                for j in range(w):
+                    yr[j] = max(((xr[j] - mt[j]) - lt[j]) * at[j] + bt[j], 0)
+            else:
+                for j in range(w):
+                    yr[j] = ((xr[j] - mt[j]) - lt[j]) * at[j] + bt[j]
+
+
 @jit(parallel=True, fastmath=CONTRACT)
 def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
     """Backward of group norm + act per image: dx [N, HW, C], and per-image dgamma/dbeta
@@ -86,18 +148,19 @@ def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamm
                 out[c] = g
                 p0[c] += g
                 p1[c] += g * d
-        kg0 = np.zeros(groups)
-        kg1 = np.zeros(groups)
-        for c in range(c_):
-            p1[c] *= invstd[n, c // cg]  # now sum dz * xhat
-            kg0[c // cg] += gamma[c] * p0[c] / count
-            kg1[c // cg] += gamma[c] * p1[c] / count
         gi, k0, k1 = np.empty(c_, x.dtype), np.empty(c_, x.dtype), np.empty(c_, x.dtype)
-        for c in range(c_):
-            inv = invstd[n, c // cg]
-            gi[c] = gamma[c] * inv
-            k0[c] = kg0[c // cg] * inv
-            k1[c] = kg1[c // cg] * inv * inv
+        for g in range(groups):  # by group, not c // cg per channel (an integer division each)
+            inv = invstd[n, g]
+            kg0 = 0.0
+            kg1 = 0.0
+            for c in range(g * cg, (g + 1) * cg):
+                p1[c] *= inv  # now sum dz * xhat
+                kg0 += gamma[c] * p0[c] / count
+                kg1 += gamma[c] * p1[c] / count
+            for c in range(g * cg, (g + 1) * cg):
+                gi[c] = gamma[c] * inv
+                k0[c] = kg0 * inv
+                k1[c] = kg1 * inv * inv
         for r in range(m_):
             xr, out = x[n, r], dx[n, r]
             for c in range(c_):

@@ -230,12 +230,3 @@ def scale_columns(dx, a):
         out = dx[r]
         for c in range(c_):
             out[c] = out[c] * a[c]
-
-
-@jit(parallel=True)
-def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
-    """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) with mu, mu_lo, a [N, C], beta [C]."""
-    n_, m_, c_ = x.shape
-    for i in prange(n_ * m_):
-        n = i // m_
-        _affine_row(x[n, i % m_], mu[n], mu_lo[n], a[n], beta, y[n, i % m_], sig[n, i % m_], act, keep)

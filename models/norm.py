@@ -196,8 +196,8 @@ class GroupNorm(_Norm):
         self.invstd, self.x = invstd, x
         y = self._buf("y", x.shape)
         self.sig = self._sig_buf(y)
-        K.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape),
-                           self.sig.reshape(x3.shape), self.act, self.keep)
+        GK.group_affine_act(x3, self.mu, self.mu_lo, self.a, self.bias.data, y.reshape(x3.shape),
+                            self.sig.reshape(x3.shape), self.act, self.keep)
         return y
 
     def _backward(self, dy: np.ndarray, consume: bool) -> np.ndarray:

@@ -216,3 +216,29 @@ def test_batch_norm_recomputing_sigmoid_in_backward_is_bitwise_keeping_it(monkey
     for a, b in zip(runs[0][:2], runs[1][:2]):
         assert a.tobytes() == b.tobytes()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(runs[0][2], runs[1][2]))
+
+
+@pytest.mark.parametrize("act", [0, 1, 2])  # none, SiLU, ReLU (models._norm_kernels codes)
+@pytest.mark.parametrize("shape", [(3, 196, 8), (2, 49, 48), (4, 1, 288), (2, 15, 7), (1, 4096, 16)])
+def test_group_norm_forward_on_widened_rows_is_bitwise_the_row_kernel(shape, act):
+    """group_affine_act reads each image as rows of several pixels (a row of 8 channels would not
+    vectorise) and splits big images into blocks; per image it must give bitwise what the
+    per-row kernel (batch norm's affine_act, per-column parameters) gives."""
+    import models._group_norm_kernels as GK
+    import models._norm_kernels as K
+
+    rng = np.random.default_rng(7)
+    n, m, c = shape
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    mu, lo, a = (rng.standard_normal((n, c)).astype(np.float32) for _ in range(3))
+    lo *= 1e-7
+    beta = rng.standard_normal(c).astype(np.float32)
+    y, sig = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    GK.group_affine_act(x, mu, lo, a, beta, y, sig, act, act == K.SILU)
+    assert GK.wide_rows(196, 8) == 7 and GK.wide_rows(49, 48) == 1 and GK.wide_rows(15, 7) == 5
+    for i in range(n):
+        want_y, want_sig = np.empty((m, c), np.float32), np.empty((m, c), np.float32)
+        K.affine_act(x[i], mu[i], lo[i], a[i], beta, want_y, want_sig, act, act == K.SILU)
+        assert y[i].tobytes() == want_y.tobytes()
+        if act == K.SILU:
+            assert sig[i].tobytes() == want_sig.tobytes()
