@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from models import _blas_buffers
 from models import _blas_kernels as B
 from models import _jit
 
@@ -81,22 +82,18 @@ def _workers() -> ThreadPoolExecutor | None:
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="models-gemm") if n > 1 and not _numba_blas \
             else None
         _pool_size = n
-        _warm(n)
+        _warm(n)  # every thread's first product: OpenBLAS reserves that thread's work buffer
+        if _blas:  # numpy's BLAS is OpenBLAS
+            _blas_buffers.prefault()
     return _pool
 
 
 def _warm(threads: int) -> None:
-    """One small product on the calling thread and on each of numba's threads (``threads`` blocks).
-
-    Measured with numpy's OpenBLAS 0.3.31 (Haswell kernels, Zen 1), one thread: a thread's first
-    products of some shapes run about 3x slower than later (a fresh process: [3136, 480] @
-    [480, 80] takes 21 ms per call, call after call) until that thread has computed a product
-    with a short reduction (K of 80, 272 or 300 did it; 100, 384 or 480 did not), after which
-    the same call takes 7 ms for good. The cause was not found (not page faults, not denormals:
-    flushing them changes nothing). A training step calls many shapes and leaves the slow state
-    within its first step; a process that runs one shape only, such as a single-layer benchmark,
-    stayed in it (a 1x1 convolution on [32, 56, 56, 96] took 37 against 30 ms). This costs about
-    a millisecond, once per thread count."""
+    """One small product on the calling thread and on each of numba's threads (``threads`` blocks),
+    so that each takes its OpenBLAS work buffer before ``_blas_buffers.prefault`` maps the first
+    pages of the buffers. (Session 5 saw a thread's "first products" of some shapes run 3x slower,
+    call after call, until a product with a short reduction had run: that product had written the
+    buffer pages the slow shapes' prefetches fell into; see ``_blas_buffers``.)"""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64 * max(threads, 1), 272)).astype(np.float32)
     b = rng.standard_normal((272, 64)).astype(np.float32)
@@ -151,15 +148,20 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
 
 
 def split(m: int, n: int, k: int) -> tuple[int, bool]:
-    """(blocks, by columns) of an [m, k] @ [k, n] product: rows of c in blocks of about
-    ``_BLOCK_WORK`` multiply-adds (at least ``_MIN_PART`` rows; more than 2 blocks rounded up to a
-    multiple of 4), or columns when the rows make one block. A function of the shape alone (see
-    the module docstring)."""
+    """(blocks, by columns) of an [m, k] @ [k, n] product: blocks of about ``_BLOCK_WORK``
+    multiply-adds (at least ``_MIN_PART`` rows or columns; more than 2 blocks rounded up to a
+    multiple of 4), of rows of c, or of columns when the rows make one block or when columns make
+    BLAS pack less: each call packs its whole other operand again, so row blocks repack b (k x n)
+    once per block and column blocks repack a (m x k). A classifier's [128, 320] @ [320, 1000]
+    took 1.3x one call's time in 8 row blocks of 16. A function of the shape alone (see the module
+    docstring)."""
     rows = _balanced(m // max(_MIN_PART, _BLOCK_WORK // max(n * k, 1)))
-    if rows > 1 or m * n * k < _MIN_WORK:
+    if m * n * k < _MIN_WORK:
         return rows, False
     cols = _balanced(n // max(_MIN_PART, _BLOCK_WORK // max(m * k, 1)))
-    return cols, cols > 1
+    if cols > 1 and (rows == 1 or cols * m * k + k * n < rows * k * n + m * k):
+        return cols, True
+    return rows, False
 
 
 def _balanced(parts: int) -> int:

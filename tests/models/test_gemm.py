@@ -120,3 +120,12 @@ def test_one_and_two_threads_give_bitwise_the_same_products(m, k, n):
     finally:
         _jit.set_num_threads(old)
     assert got[0] == got[1]
+
+
+def test_few_rows_against_many_columns_split_by_columns():
+    """Row blocks repack all of b, column blocks all of a: a classifier's product (batch 128, 1000
+    classes) goes in blocks of columns; a 1x1 convolution's (many pixels, few channels) in rows."""
+    assert _gemm.split(128, 1000, 320) == (12, True)  # 8 row blocks would pack b 8 times
+    assert _gemm.split(128, 1000, 1280) == (40, True)
+    assert _gemm.split(25088, 96, 96) == (56, False)
+    assert _gemm.split(1000, 320, 128) == (12, False)  # the classifier's weight gradient: rows
