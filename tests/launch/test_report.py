@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from launch.config import load_config
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_resume_drops_the_lines_written_after_the_checkpoint(tmp_path):
@@ -121,3 +127,16 @@ def test_tensorboard_points_are_window_means_and_a_partial_window_is_kept(tmp_pa
     assert scalars[("validation/accuracy", 6)] == 0.75
     with pytest.raises(ValueError, match="tensorboard_every"):
         MetricsLog(tmp_path, tensorboard="true", tensorboard_every=0)
+
+
+def test_tensorboard_writer_does_not_import_torch(tmp_path):
+    """tensorboardX imports torch whenever it is installed; a run's writer must not (start-up,
+    memory, torch's threads in every training process)."""
+    pytest.importorskip("tensorboardX")
+    code = ("import sys; from launch.report import MetricsLog; "
+            f"log = MetricsLog({str(tmp_path)!r}, tensorboard='true'); log.close(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert list(tmp_path.glob("events.out.tfevents.*"))
