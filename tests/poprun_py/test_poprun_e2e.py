@@ -259,18 +259,29 @@ c.barrier()  # blocked for good: instance 1 never arrives
 
 
 def test_every_instance_gets_its_grace_period_to_checkpoint(tmp_path):
-    """A preempted job: each program saves a checkpoint in its SIGTERM handler, slower on instance 1.
-    Instance 0 finishing first must not get instance 1 killed before it is done."""
+    """A preempted job: each program saves a checkpoint in its SIGTERM handler, and instance 1's save
+    ends only after instance 0's has (instance 0 tells it so with SIGUSR2). Instance 0 finishing
+    first must not get instance 1 killed before it is done."""
     script = write_script(tmp_path / "ckpt_on_term.py", """
-import os, signal, sys, threading
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # before any thread starts: sigwait takes it
 import poprun_py as popdist
 popdist.init()
 i = popdist.getInstanceIndex()
+folder = sys.argv[1]
 def save(*_):
-    threading.Event().wait(0.2 + 1.5 * i)  # stands for writing a checkpoint, slower on instance 1
-    open(os.path.join(sys.argv[1], f"ckpt_{i}"), "w").close()
+    if i == 1:  # the slower save: it waits for instance 0's
+        signal.sigwait({signal.SIGUSR2})
+    open(os.path.join(folder, f"ckpt_{i}"), "w").close()
+    if i == 0:
+        with open(os.path.join(folder, "pid_1")) as f:
+            os.kill(int(f.read()), signal.SIGUSR2)
     sys.exit(0)
 signal.signal(signal.SIGTERM, save)
+if i == 1:
+    with open(os.path.join(folder, "pid_1.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(os.path.join(folder, "pid_1.tmp"), os.path.join(folder, "pid_1"))
 print("ready", flush=True)
 while True:
     signal.pause()
