@@ -4,9 +4,9 @@ Statistics: one pass per image with float64 accumulators of ``x - shift`` (``shi
 image's first pixel, per channel), combined exactly per group, so nothing cancels; as in
 ``_norm_kernels.column_moments``. Forward writes per image and channel ``mu + mu_lo`` (the float64
 mean split into two working-precision numbers) and ``a = invstd * gamma``, which
-``group_affine_act`` applies, on each image seen as rows of at least 64 values (``wide_rows``). Backward works per image: elementwise products in
-the working precision, their sums over pixels (the dgamma/dbeta partials and the group means
-that dx needs) in float64.
+``group_affine_act`` applies, on each image seen as rows of at least 64 values (``wide_rows``).
+Backward works per image: elementwise products in the working precision, their sums over pixels
+(the dgamma/dbeta partials and the group means that dx needs) in float64.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from models._jit import CONTRACT, jit, prange
-from models._norm_kernels import RELU, SILU, silu_parts
+from models._norm_kernels import RELU, SILU, silu_parts, wide_rows
 
 BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)
 
@@ -57,17 +57,6 @@ def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
                 mu[n, c] = mean
                 mu_lo[n, c] = mean - mu[n, c]
                 a[n, c] = inv * gamma[c]
-
-
-@jit()
-def wide_rows(m, c):
-    """Pixels per row when an image [m, c] is read as [m / k, k * c]: the largest k <= 64 / c that
-    divides m, so that a row holds at least 64 values where it can (the inner loops then vectorise;
-    a row of 8 channels would run in scalar remainder code)."""
-    k = max(1, 64 // c)
-    while m % k:
-        k -= 1
-    return k
 
 
 @jit()

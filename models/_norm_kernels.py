@@ -60,6 +60,18 @@ if ENABLED:
 
 
 @jit()
+def wide_rows(m, c):
+    """Rows of [m, c] to read as one, [m / k, k * c]: the largest k <= 64 / c that divides m, so
+    that a row holds at least 64 values where it can (the inner loops then vectorise; a row of 8
+    channels would run in scalar remainder code). Batch norm widens the whole batch so, group norm
+    each image."""
+    k = max(1, 64 // c)
+    while m % k:
+        k -= 1
+    return k
+
+
+@jit()
 def silu(z):
     zz = float(z)
     return zz * sigmoid(zz)

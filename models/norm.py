@@ -39,14 +39,6 @@ def _split(mean: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
     lo[...] = mean - hi
 
 
-def _widen(m: int, c: int) -> int:
-    """Rows to fold into one so that a row has at least 64 values (k must divide m)."""
-    k = max(1, 64 // c)
-    while m % k:
-        k -= 1
-    return k
-
-
 def _chunks(m: int) -> int:
     return max(1, min(_CHUNKS, m)) if is_enabled() else 1
 
@@ -96,7 +88,8 @@ class BatchNorm2d(_Norm):
     variance, ``running = (1 - momentum)*running + momentum*batch``), then ``act``.
 
     Keeps: the input x, sigmoid(z) when the activation is SiLU (unless the tensor is large: see
-    the module docstring), and the per-channel mean, inverse std and scale (tiled, see _widen).
+    the module docstring), and the per-channel mean, inverse std and scale (tiled, see
+    ``_norm_kernels.wide_rows``).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,
@@ -117,7 +110,7 @@ class BatchNorm2d(_Norm):
         self._check(x)
         c = self.channels
         m = x.size // c
-        k = _widen(m, c)
+        k = K.wide_rows(m, c)
         xw = x.reshape(-1, k * c)  # [M/k, k*C]: long inner loops; per-channel arrays tiled k times
         chunks = _chunks(xw.shape[0])
         mean, var = self._buf("mean", (c,), np.float64), self._buf("var", (c,), np.float64)
