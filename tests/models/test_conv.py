@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.models.gradcheck import check_layer
+from models import _direct_conv_kernels as D
 from models.conv import Conv2d, resolve_padding, same_pads
 
 
@@ -90,3 +91,20 @@ def test_pointwise_path_is_one_gemm_and_depthwise_path_is_chosen():
     assert Conv2d("c", "b", 3, 32, 3, stride=2).path == "direct"  # an RGB stem
     assert Conv2d("c", "b", 8, 16, 1, stride=2).path == "direct"
     assert Conv2d("c", "b", 4, 6, 3, groups=2).path == "im2col"  # group widths not multiples of 8
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_direct_weight_gradient_over_ragged_row_blocks(monkeypatch, stride):
+    """The direct kernel's weight gradient fills its scratch a block of output rows at a time
+    (``D.BLOCK_PIXELS``); blocks that do not divide the map (a short last block) sum the same."""
+    rng = np.random.default_rng(3)
+    conv = Conv2d("c", "b", 32, 32, 3, stride, "symmetric", 2, dtype=np.float64, rng=rng)
+    assert conv.path == "direct"
+    x = rng.standard_normal((2, 11, 9, 32))
+    dy = rng.standard_normal(conv.forward(x, True).shape)
+    conv.backward(dy)
+    whole = conv.weight.grad.copy()  # one block per image (11 rows of 9 or 5 pixels fit in one)
+    monkeypatch.setattr(D, "BLOCK_PIXELS", 2 * dy.shape[2])  # blocks of 2 rows: 11 -> 2+2+2+2+2+1, 6 -> 2+2+2
+    conv.forward(x, True)
+    conv.backward(dy)
+    np.testing.assert_allclose(conv.weight.grad, whole, rtol=1e-12, atol=1e-12)
