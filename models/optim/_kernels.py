@@ -90,6 +90,23 @@ def scale_all_finite(x, factor):
 
 
 @_compiler.jit
+def lars_rates(norms, lars, lr, eta, weight_decay, eps, out):
+    """``out[i]``: parameter i's learning rate, ``lr`` times its LARS trust ratio where ``lars[i]``
+    (``momentum.lars_trust_ratio`` on the square roots of ``norms[i]``: 1 where a norm is 0), in
+    float64, then rounded to ``out``'s dtype. The numpy expressions' operations in their order, so
+    the rates are bitwise theirs; one call instead of a dozen small array operations (0.1 ms).
+    """
+    for i in range(out.size):
+        rate = lr
+        if lars[i]:
+            w = np.sqrt(norms[i, 0])
+            g = np.sqrt(norms[i, 1])
+            if w > 0.0 and g > 0.0:
+                rate = lr * (eta * w / (g + weight_decay * w + eps))
+        out[i] = rate
+
+
+@_compiler.jit
 def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov):
     """One TF-style momentum update of every parameter, in place.
 
@@ -116,4 +133,4 @@ def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov):
                 w[j] = w[j] - v[j]
 
 
-__all__ = ["momentum_apply", "norms_into", "scale_all_finite", "sum_squares"]
+__all__ = ["lars_rates", "momentum_apply", "norms_into", "scale_all_finite", "sum_squares"]

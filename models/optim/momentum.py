@@ -94,9 +94,10 @@ class MomentumSGD(Optimizer):
             return None
         ws, gs, vs = (typed.List([trio[k].reshape(-1) for trio in arrays]) for k in range(3))
         decays = np.array([p.decays for p in self.params])
+        lars = decays & (self.lars_eta > 0.0)
         return {"arrays": arrays, "ids": _array_ids(self.params), "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
-                "lars": decays & (self.lars_eta > 0.0), "decay_terms": decays & (self.weight_decay != 0.0),
-                "norms": np.zeros((len(self.params), 2)),
+                "lars": lars, "any_lars": bool(lars.any()), "decay_terms": decays & (self.weight_decay != 0.0),
+                "norms": np.zeros((len(self.params), 2)), "rates": np.zeros(len(self.params), dtype),
                 "consts": np.array([self.weight_decay, self.momentum], dtype)}
 
     def step(self, lr: float) -> None:
@@ -108,16 +109,11 @@ class MomentumSGD(Optimizer):
             return
         self.check_lr(lr)
         self.num_updates += 1
-        scaled = np.full(len(self.params), lr)
-        if fused["lars"].any():
+        if fused["any_lars"]:
             _kernels.norms_into(fused["ws"], fused["gs"], fused["lars"], fused["norms"])
-            w_norm, g_norm = np.sqrt(fused["norms"][:, 0]), np.sqrt(fused["norms"][:, 1])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                trust = np.where((w_norm > 0.0) & (g_norm > 0.0),
-                                 self.lars_eta * w_norm / (g_norm + self.weight_decay * w_norm + self.lars_epsilon),
-                                 1.0)
-            scaled = np.where(fused["lars"], lr * trust, scaled)
-        _kernels.momentum_apply(fused["ws"], fused["gs"], fused["vs"], scaled.astype(fused["dtype"]),
+        _kernels.lars_rates(fused["norms"], fused["lars"], float(lr), self.lars_eta, self.weight_decay,
+                            self.lars_epsilon, fused["rates"])
+        _kernels.momentum_apply(fused["ws"], fused["gs"], fused["vs"], fused["rates"],
                                 fused["decay_terms"], fused["consts"], self.nesterov)
 
     def init_state(self, param: Param) -> dict[str, np.ndarray]:

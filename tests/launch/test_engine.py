@@ -179,6 +179,21 @@ def test_replica_streams_depend_on_step_replica_and_micro_batch_only():
         assert not np.array_equal(a, other.random(4))
 
 
+def test_a_restarted_generator_draws_the_stream_of_a_new_one():
+    gen = replica_rng(7, 3, 2, 1)
+    gen.random(5)
+    gen.integers(0, 2**32, size=3, dtype=np.uint32)  # an odd count of 32-bit draws leaves a half cached
+    again = replica_rng(7, 3, 2, 1, reuse=gen)
+    assert again is gen
+    fresh = replica_rng(7, 3, 2, 1)
+    np.testing.assert_array_equal(again.integers(0, 2**32, size=3, dtype=np.uint32),
+                                  fresh.integers(0, 2**32, size=3, dtype=np.uint32))
+    np.testing.assert_array_equal(again.random(4), fresh.random(4))
+    np.testing.assert_array_equal(replica_rng(7, 4, 2, 1, reuse=gen).random(4), replica_rng(7, 4, 2, 1).random(4))
+    with pytest.raises(ValueError, match="micro-batch -1"):
+        replica_rng(7, 3, 2, -1)
+
+
 def test_mixup_mixes_images_and_label_weights_in_the_same_proportion():
     x = np.stack([np.full((2, 2, 1), v, np.float32) for v in (0.0, 10.0, 20.0)])
     labels = np.array([0, 1, 2])
