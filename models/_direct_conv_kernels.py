@@ -7,10 +7,15 @@ one row share every weight load: the ``TILE x VEC`` accumulators stay in vector 
 LLVM's SLP vectoriser packs once the two innermost loops have constant trip counts (see
 ``_jit``). ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
 built by a factory and cached like any other; the tile is chosen per call from the row width
-(:func:`tile_for`). Each thread copies the input rows it is about to read, one group at a time, into a
-small zero-padded scratch, so every pixel (borders included, and images narrower than a tile)
-runs the tiled loop with no bounds tests; the copy is one read per input value and kernel row,
-against ``KW * Cg_out`` multiply-adds.
+(:func:`tile_for`). Each thread copies the input rows it is about to read into a small
+zero-padded scratch, so every pixel (borders included, and images narrower than a tile) runs the
+tiled loop with no bounds tests; the copy is one read per input value and kernel row, against
+``KW * Cg_out`` multiply-adds. The forward scratch keeps each group's row on its own, so the
+``KW * Cg`` taps of an output pixel (kernel column, then channel: the order of the weight's
+axes) lie in one run; the kernel reads them through an overlapping view (:func:`tap_view`) in
+one loop, and the sums run over the taps in the same order as a loop over kw and c would. On
+Zen 1 this took the forward and input-gradient passes of the G16 layers 8-20 % faster than two
+nested loops of KW and Cg (short loops, each with its own set-up).
 
 The backward pass reuses :func:`conv` for the input gradient (a stride-1 convolution of ``dy``
 with the flipped, transposed kernel, one call per stride phase; see ``conv.py``) and has its own
@@ -25,18 +30,20 @@ import numpy as np
 from models._jit import CONTRACT, jit, prange
 
 VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
-# Output pixels per tile, (narrow, wide) per register block: TILE x VEC accumulators in 8-float
-# vectors plus a weight vector and a broadcast, within AVX2's 16 registers. Only pairs that LLVM
-# was seen to vectorise are listed (8 x 8, for one, stays scalar), so wider AVX-512 register
-# files are not used for bigger tiles.
-TILES = {16: (4, 6), 8: (6, 12)}
+# Output pixels per tile, per register block: TILE x VEC accumulators in 8-float vectors plus the
+# weight vectors and a broadcast, within AVX2's 16 registers. Only tiles that LLVM was seen to
+# vectorise cleanly are listed (8 x 8 stays scalar; 12 x 8 now runs at half the speed of 6 x 8),
+# so wider AVX-512 register files are not used for bigger tiles. Measured on Zen 1 (one thread,
+# every tile on the same arrays, the G16 layers of B0/B4-G16-GN and the 56 x 56 layer): per
+# computed pixel, 4 x 16 and 6 x 16 are within 3 % of each other (4 ahead on rows of 24-56,
+# 6 on rows of 6-12), so :func:`tile_for` takes whichever computes fewer columns.
+TILES = {16: (4, 6), 8: (6,)}
 # Weight gradient: output pixels (whole rows) per scratch fill, summed in registers between two
 # flushes. Each fill copies (block - 1) * sh + KH input rows, so a block of one 56-pixel row copied
 # every input row three times for a 3x3 kernel. Measured on Zen 1 over every G16 layer of the three
 # G16-GN rows and the 56 x 56 layer row (1 and 2 threads): 64 -> 448 pixels took the sums 4-5 %
 # faster (the 56 x 56 layer 7-9 %); 1024 and whole images no faster, as the scratch leaves L2.
 BLOCK_PIXELS = 448
-_WIDE_SPEEDUP = 1.08  # measured (Zen 1): the wide tile computes each pixel this much faster
 _kernels: dict = {}
 
 
@@ -46,10 +53,9 @@ def vec_for(width: int) -> int | None:
 
 
 def tile_for(vec: int, wo: int) -> int:
-    """Output pixels per tile for rows of ``wo`` pixels: the wide tile unless the row's ragged
-    last tile wastes more than it saves."""
-    narrow, wide = TILES[vec]
-    return wide if -(-wo // wide) * wide < _WIDE_SPEEDUP * -(-wo // narrow) * narrow else narrow
+    """Output pixels per tile for rows of ``wo`` pixels: the tile whose whole tiles cover the row
+    with the fewest columns computed (the narrower one on a tie)."""
+    return min(TILES[vec], key=lambda tile: (-(-wo // tile) * tile, tile))
 
 
 def channel_block(vec: int) -> int:
@@ -65,13 +71,25 @@ def scratch_width(wo: int, kw: int, sw: int, tile: int) -> int:
 def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int) -> None:
     """y[n, ho, wo, g] = sum over in-image taps (kh, kw) and c of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * w[g, kh, kw, c]  (vectors of Cg_out).
-    ``scratch`` [chunks, KH, scratch_width(Wo, KW, sw, tile), G, Cg]: per chunk of output rows,
+    ``scratch`` [chunks, KH, G, scratch_width(Wo, KW, sw, tile), Cg]: per chunk of output rows,
     a ring of the last KH input rows, zero-padded (input row i sits in slot i % KH, column j at
-    pl + j)."""
+    pl + j), each group's row on its own. The kernel reads it through :func:`tap_view`, so the
+    taps (kw, c) of one output pixel are one run of KW * Cg values."""
     key = ("conv", vec_for(y.shape[4]), tile)
     if key not in _kernels:
         _kernels[key] = _make_conv(*key[1:])
-    _kernels[key](x, w, y, sh, sw, pt, pl, scratch)
+    g, kh, kw, cg, cog = w.shape
+    _kernels[key](x, np.ascontiguousarray(w).reshape(g, kh, kw * cg, cog), y, sh, sw, pt, pl, scratch,
+                  tap_view(scratch, kw))
+
+
+def tap_view(scratch: np.ndarray, kw: int) -> np.ndarray:
+    """[..., width, Cg] -> the overlapping view [..., width - KW + 1, KW * Cg]: row p holds the
+    values at columns p .. p + KW - 1, the taps of an output pixel whose first tap is column p."""
+    *lead, width, cg = scratch.shape
+    # np.ndarray over the (contiguous) scratch's buffer: 2.7 us, where as_strided takes 11
+    return np.ndarray((*lead, width - kw + 1, kw * cg), scratch.dtype, buffer=scratch,
+                      strides=scratch.strides[:-1] + scratch.strides[-1:])
 
 
 def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
@@ -91,13 +109,13 @@ def _make_conv(VEC: int, TILE: int):
     """The convolution kernel for one register block and tile (see :func:`conv`)."""
 
     @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, w, y, sh, sw, pt, pl, scratch):
+    def kernel(x, w, y, sh, sw, pt, pl, scratch, taps):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = y.shape[1], y.shape[2], y.shape[4]
-        kh_, kw_ = w.shape[1], w.shape[2]
+        kh_, kc_ = w.shape[1], w.shape[2]  # w: [G, KH, KW * Cg, Cog]
         chunks = scratch.shape[0]
         span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
-        cols = max(0, min(w_, scratch.shape[2] - pl))
+        cols = max(0, min(w_, scratch.shape[3] - pl))
         rows = n_ * ho_
         for k in prange(chunks):
             scratch[k] = 0
@@ -112,10 +130,10 @@ def _make_conv(VEC: int, TILE: int):
                 if n != image:
                     image, filled = n, 0
                 for i in range(max(filled, top + kh0), top + kh1):
-                    for j in range(cols):
-                        for g in range(groups):
+                    for g in range(groups):
+                        for j in range(cols):
                             for c in range(cg):
-                                scratch[k, i % kh_, pl + j, g, c] = x[n, i, j, g, c]
+                                scratch[k, i % kh_, g, pl + j, c] = x[n, i, j, g, c]
                 filled = max(filled, top + kh1)
                 for g in range(groups):
                     for b in range(0, cog, VEC):
@@ -123,12 +141,11 @@ def _make_conv(VEC: int, TILE: int):
                             acc[:] = 0
                             for kh in range(kh0, kh1):
                                 slot = (top + kh) % kh_
-                                for kw in range(kw_):
-                                    for c in range(cg):
-                                        for t in range(TILE):
-                                            xv = scratch[k, slot, (wo + t) * sw + kw, g, c]
-                                            for v in range(VEC):
-                                                acc[t, v] += xv * w[g, kh, kw, c, b + v]
+                                for q in range(kc_):  # the taps (kw, c) in order: one run in the view
+                                    for t in range(TILE):
+                                        xv = taps[k, slot, g, (wo + t) * sw, q]
+                                        for v in range(VEC):
+                                            acc[t, v] += xv * w[g, kh, q, b + v]
                             for t in range(min(TILE, wo_ - wo)):
                                 for v in range(VEC):
                                     y[n, ho, wo + t, g, b + v] = acc[t, v]

@@ -170,7 +170,8 @@ class Conv2d(Layer):
         chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
         kh, kw = w5.shape[1], w5.shape[2]
         tile = D.tile_for(D.vec_for(y5.shape[4]), y5.shape[2])
-        scratch = self._temp("conv_rows", (chunks, kh, D.scratch_width(y5.shape[2], kw, sw, tile), *x5.shape[3:]))
+        scratch = self._temp("conv_rows", (chunks, kh, x5.shape[3], D.scratch_width(y5.shape[2], kw, sw, tile),
+                                             x5.shape[4]))
         D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:

@@ -108,3 +108,16 @@ def test_direct_weight_gradient_over_ragged_row_blocks(monkeypatch, stride):
     conv.forward(x, True)
     conv.backward(dy)
     np.testing.assert_allclose(conv.weight.grad, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_the_tile_is_the_one_that_computes_the_fewest_columns():
+    assert [D.tile_for(16, wo) for wo in (1, 4, 5, 6, 7, 12, 56)] == [4, 4, 6, 6, 4, 4, 4]  # a tie: the narrower
+    assert [D.tile_for(8, wo) for wo in (1, 16, 48)] == [6, 6, 6]
+
+
+def test_the_tap_view_holds_an_output_pixels_taps_in_one_run():
+    scratch = np.arange(2 * 7 * 3, dtype=np.float32).reshape(2, 7, 3)  # [rows, width, Cg]
+    taps = D.tap_view(scratch, 3)
+    assert taps.shape == (2, 5, 9)
+    for row, col in [(0, 0), (1, 2), (1, 4)]:
+        np.testing.assert_array_equal(taps[row, col], scratch[row, col:col + 3].reshape(-1))  # (kw, c) order
