@@ -93,16 +93,28 @@ def tap_view(scratch: np.ndarray, kw: int) -> np.ndarray:
 
 
 def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
-    """part[k, g, kh, kw, c] = chunk k's share of the sum over pixels of
+    """part[k, g, kh, kw * Cg + c] = chunk k's share of the sum over pixels of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * dy[n, ho, wo, g]; the caller sums the chunks.
     Rows go in blocks of ``block`` output rows, copied with their zero padding into
-    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg rounded up to channel_block],
-    so that every tap runs over the whole block without bounds tests; ``part``'s channel axis
-    has that rounded size too."""
-    key = ("weight_grad", vec_for(dy.shape[4]))
+    ``scratch`` [chunks, (block-1)*sh + KH, (Wo-1)*sw + KW, Cg], so that every tap runs over the
+    whole block without bounds tests. ``part`` [chunks, G, KH, KW * Cg, Cog]: the taps (kw, c) of
+    a kernel row are one axis, which the kernel takes ``tap_block`` at a time."""
+    kc = part.shape[3]
+    key = ("weight_grad", vec_for(dy.shape[4]), tap_block(vec_for(dy.shape[4]), kc))
     if key not in _kernels:
-        _kernels[key] = _make_weight_grad(key[1], channel_block(key[1]))
-    _kernels[key](x, dy, part, sh, sw, pt, pl, block, scratch)
+        _kernels[key] = _make_weight_grad(*key[1:])
+    st = scratch.strides  # each output pixel's taps as one row of the view, pixels sw columns apart
+    taps = np.ndarray((*scratch.shape[:2], dy.shape[2], kc), scratch.dtype, buffer=scratch,
+                      strides=(st[0], st[1], sw * st[2], st[3]))
+    _kernels[key](x, dy, part, sh, pt, pl, block, scratch, taps)
+
+
+def tap_block(vec: int, taps: int) -> int:
+    """Taps per weight-gradient register block: the largest that divides ``taps`` (KW * Cg) with
+    at most 12 accumulators of 8 floats (6 x 16 or 12 x 8). 6 x 16 took the G16 3x3 weight
+    gradients 7-14 % faster than 4 x 16 (Zen 1, one thread); a divisor needs no padded taps."""
+    most = 12 * 8 // vec
+    return next(cb for cb in range(most, 0, -1) if taps % cb == 0)
 
 
 def _make_conv(VEC: int, TILE: int):
@@ -154,16 +166,19 @@ def _make_conv(VEC: int, TILE: int):
 
 
 def _make_weight_grad(VEC: int, CB: int):
-    """The weight-gradient kernel for one register block (see :func:`weight_grad`)."""
+    """The weight-gradient kernel for one register block of CB taps x VEC outputs (see
+    :func:`weight_grad`). ``taps`` is the scratch seen as [chunks, rows, Wo, KW * Cg]: row r,
+    pixel wo holds the taps of output pixel wo (stride sw) on scratch row r, so the pixel loop
+    indexes a view axis of its own, with no index arithmetic to redo per pixel."""
 
     @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, dy, part, sh, sw, pt, pl, block, scratch):
+    def kernel(x, dy, part, sh, pt, pl, block, scratch, taps):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
-        chunks, _, kh_, kw_ = part.shape[0], part.shape[1], part.shape[2], part.shape[3]
+        chunks, kh_, kc_ = part.shape[0], part.shape[2], part.shape[3]
         per_image = -(-ho_ // block)
         items = n_ * per_image
-        hp, cgp = scratch.shape[1], scratch.shape[3]  # cgp: Cg rounded up to CB (the rest stays zero)
+        hp = scratch.shape[1]
         cols = max(0, min(w_, scratch.shape[2] - pl))
         for k in prange(chunks):
             part[k] = 0
@@ -185,18 +200,18 @@ def _make_weight_grad(VEC: int, CB: int):
                                 for c in range(cg):
                                     scratch[k, i, pl + j, c] = 0
                     for kh in range(kh_):
-                        for kw in range(kw_):
-                            for c0 in range(0, cgp, CB):
-                                for b in range(0, cog, VEC):
-                                    acc[:] = 0
-                                    for q in range(rows):
-                                        for wo in range(wo_):
-                                            for u in range(CB):
-                                                xv = scratch[k, q * sh + kh, wo * sw + kw, c0 + u]
-                                                for v in range(VEC):
-                                                    acc[u, v] += xv * dy[n, ho0 + q, wo, g, b + v]
-                                    for u in range(CB):
-                                        for v in range(VEC):
-                                            part[k, g, kh, kw, c0 + u, b + v] += acc[u, v]
+                        for q0 in range(0, kc_, CB):
+                            for b in range(0, cog, VEC):
+                                acc[:] = 0
+                                for q in range(rows):
+                                    r = q * sh + kh
+                                    for wo in range(wo_):
+                                        for u in range(CB):
+                                            xv = taps[k, r, wo, q0 + u]
+                                            for v in range(VEC):
+                                                acc[u, v] += xv * dy[n, ho0 + q, wo, g, b + v]
+                                for u in range(CB):
+                                    for v in range(VEC):
+                                        part[k, g, kh, q0 + u, b + v] += acc[u, v]
 
     return kernel

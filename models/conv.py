@@ -183,14 +183,11 @@ class Conv2d(Layer):
             return out
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
         chunks = max(1, min(_WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see _WGRAD_CHUNKS
-        cg = x5.shape[4]
-        cb = D.channel_block(D.vec_for(dy5.shape[4]))
-        cgp = -(-cg // cb) * cb
-        part = self._temp("conv_wgrad_part", (chunks, x5.shape[3], self.kh, self.kw, cgp, dy5.shape[4]))
-        scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw,
-                                              cgp))
+        g, cg, cog = x5.shape[3], x5.shape[4], dy5.shape[4]
+        part = self._temp("conv_wgrad_part", (chunks, g, self.kh, self.kw * cg, cog))
+        scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw, cg))
         D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
-        return part.sum(axis=0)[..., :cg, :]
+        return part.sum(axis=0).reshape(g, self.kh, self.kw, cg, cog)
 
     def _backward_pointwise(self, dy):
         dy2, x2 = dy.reshape(-1, self.cout), self.x.reshape(-1, self.cin)
