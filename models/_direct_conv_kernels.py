@@ -59,7 +59,8 @@ def tile_for(vec: int, wo: int) -> int:
 
 
 def channel_block(vec: int) -> int:
-    """Input channels per weight-gradient register block (CB x VEC = 64 accumulators)."""
+    """Input channels per register block (CB x VEC = 64 accumulators) of the small-map weight
+    gradient (``_small_map_kernels``); :func:`weight_grad` blocks by taps (:func:`tap_block`)."""
     return 64 // vec
 
 
