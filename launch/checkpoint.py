@@ -201,3 +201,5 @@ def restore_state(t: Training, arrays: dict[str, np.ndarray], meta: dict[str, An
             replica.load_state_dict(state)
     e.step = int(meta["engine_step"])
     t.loader.load_state(meta["loader"])
+    if e.emulation is not None:  # 16.16 keeps its weights as float16 values (a checkpoint of another precision too)
+        e.emulation.store_initial()

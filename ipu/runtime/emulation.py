@@ -74,6 +74,14 @@ class PrecisionEmulation:
         """The weights (and the optimizer state) are stored in float16 (``16.16``)."""
         return self.mode.weight_bytes == 2
 
+    @property
+    def stores_half(self) -> bool:
+        """Between updates, the weights are float16 values (``16.16``): :meth:`store_initial` rounds
+        them at the start (and after a checkpoint is restored), :meth:`store_update` after every
+        step, and nothing else writes them (evaluation's averaged weights are swapped in and out
+        around :meth:`compute_weights`, which rounds them)."""
+        return self.half_weights
+
     def store_initial(self) -> None:
         """At start (after the broadcast): ``16.16`` stores the weights and state in float16 (nearest)."""
         if self.half_weights:

@@ -164,8 +164,10 @@ class Engine:
 
     @contextlib.contextmanager
     def _compute_weights(self):
-        """The weights the replicas compute with: float16-rounded under emulation, else as they are."""
-        if self.emulation is None:
+        """The weights the replicas compute with: float16-rounded under emulation, else as they are.
+        ``16.16`` training weights are float16 values already (``PrecisionEmulation.stores_half``):
+        rounding them again would change nothing (0.3 ms per update of the default job)."""
+        if self.emulation is None or self.emulation.stores_half:
             yield
             return
         with self.times.measure("precision_emulation"):

@@ -167,3 +167,39 @@ def test_pipelined_replicas_add_float16_partials_too():
     feed = ReplicaFeed([(images[0][:1].repeat(4, 0), labels[0][:1].repeat(4, 0))])
     replica.run_from(feed, step=0, grads=one, loss_scale=128.0)
     assert all(is_float16((g / 4).astype(np.float32)) for g in one)  # 4 equal float16 partials
+
+
+def test_16_16_computes_with_its_stored_weights_as_they_are(monkeypatch):
+    """16.16 skips rounding the weights before each step (they are float16 values already): the
+    same losses and weights, bitwise, as a run that rounds them again."""
+    skipping, rounding = dense(), dense()
+    e_skip, e_round = engine_for(skipping, "16.16"), engine_for(rounding, "16.16")
+    e_round.emulation.__class__ = type("Rerounding", (PrecisionEmulation,), {"stores_half": property(lambda self: False)})
+    assert e_skip.emulation.stores_half and not e_round.emulation.stores_half
+    calls = []
+    monkeypatch.setattr(e_skip.emulation, "round_for_compute", lambda: calls.append(1))
+    for step in range(4):
+        a, b = e_skip.train_step(*batch(seed=step)), e_round.train_step(*batch(seed=step))
+        assert a.loss == b.loss
+    assert not calls
+    for p, q in zip(skipping.params(), rounding.params()):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_a_restored_checkpoint_is_stored_as_float16_under_16_16():
+    from types import SimpleNamespace
+
+    from launch.checkpoint import capture_state, restore_state
+
+    model = dense()
+    engine = engine_for(model, "16.16")
+    loader = SimpleNamespace(state=lambda: {}, load_state=lambda state: None)
+    t = SimpleNamespace(engine=engine, loader=loader, cfg=SimpleNamespace(to_dict=dict, run=SimpleNamespace(seed=3)))
+    arrays, meta = capture_state(t, {})
+    arrays = {k: v.copy() for k, v in arrays.items()}
+    for key in arrays:
+        if key.startswith("model/"):
+            arrays[key] += np.float32(1e-4)  # a float32 run's weights: not float16 values
+    assert not all(is_float16(v) for k, v in arrays.items() if k.startswith("model/"))
+    restore_state(t, arrays, meta)
+    assert all(is_float16(p.data) for p in model.params())
