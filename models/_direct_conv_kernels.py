@@ -101,7 +101,7 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     whole block without bounds tests. ``part`` [chunks, G, KH, KW * Cg, Cog]: the taps (kw, c) of
     a kernel row are one axis, which the kernel takes ``tap_block`` at a time."""
     kc = part.shape[3]
-    key = ("weight_grad", vec_for(dy.shape[4]), tap_block(vec_for(dy.shape[4]), kc))
+    key = ("weight_grad", vec_for(dy.shape[4]), tap_block(vec_for(dy.shape[4]), kc, part.dtype.itemsize))
     if key not in _kernels:
         _kernels[key] = _make_weight_grad(*key[1:])
     st = scratch.strides  # each output pixel's taps as one row of the view, pixels sw columns apart
@@ -110,11 +110,13 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     _kernels[key](x, dy, part, sh, pt, pl, block, scratch, taps)
 
 
-def tap_block(vec: int, taps: int) -> int:
+def tap_block(vec: int, taps: int, itemsize: int = 4) -> int:
     """Taps per weight-gradient register block: the largest that divides ``taps`` (KW * Cg) with
-    at most 12 accumulators of 8 floats (6 x 16 or 12 x 8). 6 x 16 took the G16 3x3 weight
-    gradients 7-14 % faster than 4 x 16 (Zen 1, one thread); a divisor needs no padded taps."""
-    most = 12 * 8 // vec
+    at most 12 accumulators of 32 bytes (float32: 6 x 16 or 12 x 8; float64, which the gradient
+    checks use: 3 x 16). 6 x 16 took the G16 3x3 weight gradients 7-14 % faster than 4 x 16 (Zen 1,
+    one thread); a divisor needs no padded taps. Each block size is a kernel of its own (about 4 s
+    to compile)."""
+    most = 12 * 32 // (vec * itemsize)
     return next(cb for cb in range(most, 0, -1) if taps % cb == 0)
 
 

@@ -126,3 +126,4 @@ def test_the_tap_view_holds_an_output_pixels_taps_in_one_run():
 def test_the_weight_gradient_block_is_the_largest_divisor_of_the_taps_in_12_vectors():
     assert [D.tap_block(16, taps) for taps in (48, 80, 16, 9, 7, 96)] == [6, 5, 4, 3, 1, 6]  # 3x3 G16, 5x5, 1x1, stem
     assert [D.tap_block(8, taps) for taps in (24, 40, 9, 96)] == [12, 10, 9, 12]
+    assert [D.tap_block(16, taps, itemsize=8) for taps in (48, 80, 9, 7)] == [3, 2, 3, 1]  # float64
