@@ -11,9 +11,9 @@ alternated (the machine's speed drifts by more than the differences measured her
 the measurement with the median update time, the last line every measurement). Each run's
 ``summary.json`` gives the seconds of every phase (``ipu/runtime/phases.py``); the difference
 between the long and the short run is the steady state, without start-up, numba cache loading and
-the first reads. The default window, updates 30 to 150, stays inside the first epoch (156 updates). Prints per phase the
-share of the update time for both precisions, the share spent outside the model, and the 16.16 update
-time as a ratio to the 32.32 one.
+the first reads. The default window, updates 30 to 150, stays inside the first epoch (156
+updates). Prints per phase the share of the update time for both precisions, the share spent
+outside the model, and the 16.16 update time as a ratio to the 32.32 one.
 """
 
 from __future__ import annotations
