@@ -84,13 +84,15 @@ def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int) -> None:
                   tap_view(scratch, kw))
 
 
-def tap_view(scratch: np.ndarray, kw: int) -> np.ndarray:
-    """[..., width, Cg] -> the overlapping view [..., width - KW + 1, KW * Cg]: row p holds the
-    values at columns p .. p + KW - 1, the taps of an output pixel whose first tap is column p."""
+def tap_view(scratch: np.ndarray, kw: int, sw: int = 1) -> np.ndarray:
+    """[..., width, Cg] -> the overlapping view [..., (width - KW) // sw + 1, KW * Cg]: row p holds
+    the values at columns p * sw .. p * sw + KW - 1, the taps of an output pixel whose first tap is
+    column p * sw (the forward pass indexes it with sw 1, the weight gradient by output pixel)."""
     *lead, width, cg = scratch.shape
+    st = scratch.strides
     # np.ndarray over the (contiguous) scratch's buffer: 2.7 us, where as_strided takes 11
-    return np.ndarray((*lead, width - kw + 1, kw * cg), scratch.dtype, buffer=scratch,
-                      strides=scratch.strides[:-1] + scratch.strides[-1:])
+    return np.ndarray((*lead, (width - kw) // sw + 1, kw * cg), scratch.dtype, buffer=scratch,
+                      strides=(*st[:-2], sw * st[-2], st[-1]))
 
 
 def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
@@ -104,9 +106,7 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     key = ("weight_grad", vec_for(dy.shape[4]), tap_block(vec_for(dy.shape[4]), kc, part.dtype.itemsize))
     if key not in _kernels:
         _kernels[key] = _make_weight_grad(*key[1:])
-    st = scratch.strides  # each output pixel's taps as one row of the view, pixels sw columns apart
-    taps = np.ndarray((*scratch.shape[:2], dy.shape[2], kc), scratch.dtype, buffer=scratch,
-                      strides=(st[0], st[1], sw * st[2], st[3]))
+    taps = tap_view(scratch, kc // scratch.shape[3], sw)  # [chunks, rows, Wo, KW * Cg]: one row per output pixel
     _kernels[key](x, dy, part, sh, pt, pl, block, scratch, taps)
 
 
