@@ -14,6 +14,12 @@ between the long and the short run is the steady state, without start-up, numba 
 the first reads. The default window, updates 30 to 150, stays inside the first epoch (156
 updates). Prints per phase the share of the update time for both precisions, the share spent
 outside the model, and the 16.16 update time as a ratio to the 32.32 one.
+
+Then (``--blocks``, default 20) the same ratio where the machine's drift cannot reach it: both
+precisions built in this one process as one instance of the job (``--replicas / --instances``
+replicas, one thread, no all-reduce partner), stepped in alternating blocks of ``--block``
+updates, so each block of one precision runs within a second of a block of the other. It prints
+the median update time of each and their ratio, and the emulation's own phase.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402,F401  (loads numpy's BLAS, so the header can name its kernel)
+import numpy as np  # noqa: E402  (loaded before the header, so that it can name numpy's BLAS kernel)
 
 from bench.bench_models import _cpu_model, _pools, _threads_seen  # noqa: E402
 from ipu.runtime.phases import PHASES  # noqa: E402
@@ -69,6 +76,53 @@ def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, floa
     return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"]}
 
 
+def interleaved(args, extra: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per precision: the median seconds of an update and the mean seconds per phase, over
+    ``args.blocks`` blocks of ``args.block`` updates, the two precisions' blocks alternated."""
+    import models
+    import poprun_py as popdist
+    from launch.build import build_training
+    from launch.config import load_config, placement
+    from poprun_py.comm import LoopbackComm
+
+    models.set_num_threads(1)  # as each instance of the job (its threads line above)
+    common = [f"data.replicas={args.replicas // args.instances}", "schedule.kind=constant", "run.evaluate=false",
+              *args.set]
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, precision in (("32", ()), ("16", extra)):
+            cfg = load_config(args.config, [*common, *precision, f"run.run_dir={tmp}/{name}"])
+            training = build_training(cfg, LoopbackComm(), placement(cfg, popdist.init()))
+            runs[name] = {"training": training, "batches": iter(training.loader), "updates": [],
+                          "phases": dict.fromkeys(PHASES, 0.0)}
+
+        def step(r) -> None:
+            batch = next(r["batches"], None)
+            if batch is None:  # a new epoch
+                r["batches"] = iter(r["training"].loader)
+                batch = next(r["batches"])
+            start = time.perf_counter()
+            r["training"].engine.train_steps([(batch.images, batch.labels)])
+            r["updates"].append(time.perf_counter() - start)
+
+        for r in runs.values():  # compile, fill the caches
+            for _ in range(args.block):
+                step(r)
+            r["updates"].clear()
+        for block in range(args.blocks):
+            for name in (("32", "16") if block % 2 == 0 else ("16", "32")):
+                r = runs[name]
+                before = dict(r["training"].engine.phase_seconds().seconds)
+                for _ in range(args.block):
+                    step(r)
+                after = r["training"].engine.phase_seconds().seconds
+                for phase in PHASES:
+                    r["phases"][phase] += after[phase] - before[phase]
+    return {name: {"update_s": float(np.median(r["updates"])), "updates": len(r["updates"]),
+                   **{phase: seconds / len(r["updates"]) for phase, seconds in r["phases"].items()}}
+            for name, r in runs.items()}
+
+
 def median_of(results: list[dict[str, float]]) -> dict[str, float]:
     """The measurement with the median update time (the lower of the two middle ones for an even
     count), whole: medians taken phase by phase would not add up to an update."""
@@ -85,10 +139,15 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3,
                    help="measurements of each precision, alternated (32.32 first, then 16.16 first, ...); "
                         "the table gives the one with the median update time (default 3)")
+    p.add_argument("--blocks", type=int, default=20,
+                   help="in-process A/B: blocks of updates of each precision, alternated (0: skip it)")
+    p.add_argument("--block", type=int, default=10, help="updates per block of the in-process A/B")
     p.add_argument("--set", action="append", default=[], help="extra config override for both runs")
     args = p.parse_args()
     if not 0 < args.warmup < args.steps:
         raise SystemExit(f"--warmup {args.warmup} must be > 0 and below --steps {args.steps}")
+    if args.blocks < 0 or args.block < 1:
+        raise SystemExit(f"--blocks {args.blocks} must be >= 0 and --block {args.block} >= 1")
     if args.repeats < 1:
         raise SystemExit(f"--repeats {args.repeats} must be at least 1")
     load = os.getloadavg()
@@ -122,6 +181,15 @@ def main() -> None:
     shares = ", ".join(f"{1 - r['model'] / r['update_s']:.1%}" for r in measured["32"])
     ratios = ", ".join(f"{e['update_s'] / b['update_s']:.3f}x" for b, e in zip(measured["32"], measured["16"]))
     print(f"each measurement: 32.32 outside the model {shares}; 16.16 / 32.32 {ratios}")
+    if args.blocks > 0:
+        ab = interleaved(args, PRECISION_16)
+        base, emulated = ab["32"], ab["16"]
+        print(f"in one process, {args.replicas // args.instances} replicas on one thread, {args.blocks} blocks of "
+              f"{args.block} updates of each precision, alternated: median update 32.32 {base['update_s'] * 1e3:.2f} ms, "
+              f"16.16 {emulated['update_s'] * 1e3:.2f} ms: 16.16 / 32.32 = {emulated['update_s'] / base['update_s']:.3f}x")
+        print("  mean ms per update, phase by phase (32.32 / 16.16): " + ", ".join(
+            f"{phase} {base[phase] * 1e3:.2f} / {emulated[phase] * 1e3:.2f}" for phase in PHASES
+            if base[phase] or emulated[phase]))
 
 
 if __name__ == "__main__":

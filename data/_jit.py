@@ -62,6 +62,42 @@ def splitmix64(x: np.uint64) -> np.uint64:
     return z ^ (z >> _S31)
 
 
+if ENABLED:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def float32_bits(typingctx, x):
+        """The uint32 bit pattern of a float32, as a register move: a loop that reads a float32 array
+        through a uint32 view of it too cannot be vectorised (LLVM cannot prove the two apart)."""
+        if x != types.float32:
+            return None
+        return types.uint32(x), lambda context, builder, sig, args: builder.bitcast(args[0], ir.IntType(32))
+
+    @intrinsic
+    def float32_from_bits(typingctx, x):
+        """The float32 whose bit pattern is the low 32 bits of integer ``x``."""
+        if not isinstance(x, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = args[0]
+            if v.type.width != 32:
+                v = builder.trunc(v, ir.IntType(32)) if v.type.width > 32 else builder.zext(v, ir.IntType(32))
+            return builder.bitcast(v, ir.FloatType())
+
+        return types.float32(x), codegen
+else:
+    def float32_bits(x) -> np.uint32:
+        """The uint32 bit pattern of a float32 (plain-Python twin of the compiled intrinsic)."""
+        return np.float32(x).view(np.uint32)
+
+    def float32_from_bits(x) -> np.float32:
+        """The float32 whose bit pattern is the low 32 bits of integer ``x``."""
+        return np.uint32(int(x) & 0xFFFFFFFF).view(np.float32)
+
+
 @jit
 def hash3(a: int, b: int, c: int) -> np.uint64:
     """A 64-bit hash of three non-negative integers (seed, epoch, sample id; seed, update, parameter)."""
@@ -70,4 +106,4 @@ def hash3(a: int, b: int, c: int) -> np.uint64:
     return splitmix64(h ^ np.uint64(c))
 
 
-__all__ = ["ENABLED", "hash3", "is_enabled", "jit", "prange", "splitmix64"]
+__all__ = ["ENABLED", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64"]

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -115,3 +119,35 @@ def test_a_batch_rounds_bitwise_as_one_call_per_array_and_follows_replaced_array
     want = strided.astype(np.float16).astype(np.float32)
     batch.round_([strided])
     np.testing.assert_array_equal(strided, want)
+
+
+def _tie_patterns() -> np.ndarray:
+    """Both signs, every float32 exponent (zero, subnormals, inf and nan included), 64 leading
+    mantissa patterns, and the 13 bits a float16 normal drops at and around the tie."""
+    low = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF], np.uint32)
+    top = np.arange(0, 1 << 10, 16, dtype=np.uint32) << np.uint32(13)
+    exp = np.arange(256, dtype=np.uint32) << np.uint32(23)
+    bits = (np.array([0, 1 << 31], np.uint32)[:, None, None, None] | exp[:, None, None] | top[:, None] | low)
+    return bits.reshape(-1).view(np.float32)
+
+
+def test_round_to_nearest_matches_numpys_cast_at_every_exponent_and_tie():
+    from ipu.precision import round_to_fp16_
+
+    x = _tie_patterns()
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    got = round_to_fp16_(x.copy())
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+def test_round_to_nearest_uncompiled_matches_the_compiled_kernel():
+    from ipu.precision import round_to_fp16_
+
+    x = _tie_patterns()[::7]  # every exponent still
+    code = ("import sys, numpy as np; from ipu.precision import round_to_fp16_; "
+            "x = np.frombuffer(sys.stdin.buffer.read(), np.float32).copy(); sys.stdout.buffer.write(round_to_fp16_(x).tobytes())")
+    out = subprocess.run([sys.executable, "-c", code], input=x.tobytes(), capture_output=True, check=True,
+                         env={**os.environ, "POPRUN_JIT": "0"}).stdout
+    np.testing.assert_array_equal(np.frombuffer(out, np.uint32), round_to_fp16_(x.copy()).view(np.uint32))
