@@ -102,6 +102,9 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+# the full scheduling pass every second, not every 60: a requeued job released with a begin time
+# (test_slurm_preemption) starts then, where it waited up to a minute for the next pass
+SchedulerParameters=sched_interval=1
 JobRequeue=1
 ReturnToService=2
 KillWait=10
