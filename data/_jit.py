@@ -62,32 +62,29 @@ def splitmix64(x: np.uint64) -> np.uint64:
     return z ^ (z >> _S31)
 
 
-if ENABLED:
-    from llvmlite import ir
-    from numba import types
+def bitcast(src, dst):
+    """A numba intrinsic reinterpreting the bits of a ``src`` scalar as a ``dst`` of the same width
+    (numba types): an LLVM bitcast, a register move that vectorises. An integer argument of
+    another width (numba widens integer arithmetic to 64 bits) is first cast to ``src``."""
     from numba.extending import intrinsic
 
     @intrinsic
-    def float32_bits(typingctx, x):
-        """The uint32 bit pattern of a float32, as a register move: a loop that reads a float32 array
-        through a uint32 view of it too cannot be vectorised (LLVM cannot prove the two apart)."""
-        if x != types.float32:
-            return None
-        return types.uint32(x), lambda context, builder, sig, args: builder.bitcast(args[0], ir.IntType(32))
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
 
-    @intrinsic
-    def float32_from_bits(typingctx, x):
-        """The float32 whose bit pattern is the low 32 bits of integer ``x``."""
-        if not isinstance(x, types.Integer):
-            return None
+        return dst(src), codegen
 
-        def codegen(context, builder, sig, args):
-            v = args[0]
-            if v.type.width != 32:
-                v = builder.trunc(v, ir.IntType(32)) if v.type.width > 32 else builder.zext(v, ir.IntType(32))
-            return builder.bitcast(v, ir.FloatType())
+    return cast
 
-        return types.float32(x), codegen
+
+if ENABLED:
+    from numba import types
+
+    # a loop that reads a float32 array through a uint32 view of it as well cannot be vectorised
+    # (LLVM cannot prove the two views apart); these read the bits of the value already loaded
+    float32_bits = bitcast(types.float32, types.uint32)
+    float32_from_bits = bitcast(types.uint32, types.float32)
 else:
     def float32_bits(x) -> np.uint32:
         """The uint32 bit pattern of a float32 (plain-Python twin of the compiled intrinsic)."""
@@ -106,4 +103,4 @@ def hash3(a: int, b: int, c: int) -> np.uint64:
     return splitmix64(h ^ np.uint64(c))
 
 
-__all__ = ["ENABLED", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64"]
+__all__ = ["ENABLED", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64"]

@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 from numba.core import types
-from numba.extending import intrinsic
 
+from data._jit import bitcast
 from models._jit import CONTRACT, ENABLED, jit
 
 _LOG2E = 1.4426950408889634
@@ -35,22 +35,8 @@ _LOW_32 = np.float32(-104.0)  # below this e**x rounds to 0 in float32
 (_G0, _G1, _G2, _G3, _G4, _G5, _G6, _G7) = (np.float32(f) for f in _INV_FACT[:8])
 
 
-def _bitcast(src, dst):
-    """An intrinsic reinterpreting the bits of a ``src`` scalar as ``dst`` (an LLVM bitcast,
-    which vectorises)."""
-
-    @intrinsic
-    def cast(typingctx, x):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(dst))
-
-        return dst(src), codegen
-
-    return cast
-
-
-_f64_to_bits, _bits_to_f64 = _bitcast(types.float64, types.int64), _bitcast(types.int64, types.float64)
-_f32_to_bits, _bits_to_f32 = _bitcast(types.float32, types.int32), _bitcast(types.int32, types.float32)
+_f64_to_bits, _bits_to_f64 = bitcast(types.float64, types.int64), bitcast(types.int64, types.float64)
+_f32_to_bits, _bits_to_f32 = bitcast(types.float32, types.int32), bitcast(types.int32, types.float32)
 
 
 if ENABLED:
