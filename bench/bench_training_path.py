@@ -15,6 +15,12 @@ the first reads. The default window, updates 30 to 150, stays inside the first e
 updates). Prints per phase the share of the update time for both precisions, the share spent
 outside the model, and the 16.16 update time as a ratio to the 32.32 one.
 
+The difference of two runs' totals takes in every burst of the host's other load (one all-reduce
+wait of a few hundred ms moves the share by points), so it also prints the same share update by
+update: instance 0's ``metrics.jsonl`` gives each update's wall time (from one update's end to
+the next's) and its model seconds (``model_s``); the median over the window of
+``1 - model / wall``, and the median update time, for each measurement.
+
 Then (``--blocks``, default 20) the same ratio where the machine's drift cannot reach it: both
 precisions built in this one process as one instance of the job (``--replicas / --instances``
 replicas, one thread, no all-reduce partner), stepped in alternating blocks of ``--block``
@@ -63,6 +69,10 @@ def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, fl
     out["update_s"] = summary["update_s"]
     out["updates"] = summary["updates_this_run"]
     out["threads"] = summary.get("instance_threads", [])
+    # per update (instance 0's metrics): its wall time, tick to tick, and its model seconds
+    steps_seen = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    out["per_update"] = [(r["step"], r["global_batch"] / r["images_per_s"], r["model_s"]) for r in steps_seen
+                         if r.get("event") == "step" and r.get("images_per_s")]
     if summary.get("skipped_updates"):
         print(f"note: {summary['skipped_updates']} update(s) skipped (non-finite gradients) in {run_dir.name}")
     return out
@@ -73,7 +83,10 @@ def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, floa
     short = run(args, args.warmup, extra, tmp / f"{name}-short")
     long = run(args, args.steps, extra, tmp / f"{name}-long")
     updates = long["updates"] - short["updates"]
-    return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"]}
+    window = [(wall, model) for step, wall, model in long["per_update"] if args.warmup <= step < args.steps]
+    return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"],
+            "median_update_s": float(np.median([wall for wall, _ in window])),
+            "median_outside": float(np.median([1 - model / wall for wall, model in window]))}
 
 
 def interleaved(args, extra: tuple[str, ...]) -> dict[str, dict[str, float]]:
@@ -181,6 +194,10 @@ def main() -> None:
     shares = ", ".join(f"{1 - r['model'] / r['update_s']:.1%}" for r in measured["32"])
     ratios = ", ".join(f"{e['update_s'] / b['update_s']:.3f}x" for b, e in zip(measured["32"], measured["16"]))
     print(f"each measurement: 32.32 outside the model {shares}; 16.16 / 32.32 {ratios}")
+    medians = ", ".join(f"{r['median_outside']:.1%} ({r['median_update_s'] * 1e3:.1f} ms)" for r in measured["32"])
+    ratios = ", ".join(f"{e['median_update_s'] / b['median_update_s']:.3f}x" for b, e in zip(measured["32"], measured["16"]))
+    print(f"update by update (instance 0's metrics, updates {args.warmup}..{args.steps}), the median of each "
+          f"measurement: 32.32 outside the model {medians}; 16.16 / 32.32 median update {ratios}")
     if args.blocks > 0:
         ab = interleaved(args, PRECISION_16)
         base, emulated = ab["32"], ab["16"]

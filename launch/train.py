@@ -175,7 +175,8 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
                         log.write({"event": "step", "step": m.step, "epoch": batch.epoch, "loss": m.loss,
                                    "accuracy": m.accuracy, "lr": m.lr, "images_per_s": per_s,
                                    "global_batch": m.samples, "loss_scale": m.loss_scale, "applied": m.applied,
-                                   "sync_s": m.sync_s, "compute_s": m.compute_s, "input_wait_s": wait})
+                                   "sync_s": m.sync_s, "compute_s": m.compute_s, "model_s": m.model_s,
+                                   "input_wait_s": wait})
                         bar.update(1)
                 if lead:
                     bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)

@@ -66,6 +66,7 @@ class StepMetrics:
     loss_scale: float
     samples: int  # global batch
     compute_s: float  # local replicas' forward/backward
+    model_s: float  # of which the model itself (the "model" phase of this instance's replicas)
     sync_s: float  # the gradient all-reduce
     update_s: float  # mean + unscale, checks, optimizer, EMA
 
@@ -210,6 +211,7 @@ class Engine:
 
     def _device_step(self) -> dict[str, float]:
         start = time.perf_counter()
+        modelled = sum(r.times.seconds["model"] for r in self.replicas)
         self._buffer.fill(0.0)
         local = ReplicaResult()
         with self._compute_weights():
@@ -238,6 +240,7 @@ class Engine:
         done = time.perf_counter()
         return {"step": self.step - 1, "loss": loss, "accuracy": accuracy, "lr": lr, "applied": applied,
                 "loss_scale": scale, "samples": count, "compute_s": computed - start, "sync_s": synced - computed,
+                "model_s": sum(r.times.seconds["model"] for r in self.replicas) - modelled,
                 "update_s": done - synced}
 
     def sync_gradients(self) -> None:

@@ -186,8 +186,11 @@ def test_the_summary_says_where_the_update_time_went(uninterrupted):
     assert summary["share_model"] > 0.0 and summary["share_precision_emulation"] == 0.0
     assert summary["outside_model_share"] == pytest.approx(1.0 - summary["share_model"])
     assert summary["input_wait_share"] == summary["share_input_wait"] and summary["update_s"] > 0.0
-    steps = [json.loads(x) for x in (uninterrupted / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["input_wait_s"] >= 0.0 for r in steps if r["event"] == "step")
+    steps = [r for r in map(json.loads, (uninterrupted / "metrics.jsonl").read_text().splitlines())
+             if r["event"] == "step"]
+    assert all(r["input_wait_s"] >= 0.0 for r in steps)
+    # update by update: the model's seconds are part of the replicas' compute, within the update's wall time
+    assert all(0.0 < r["model_s"] <= r["compute_s"] < r["global_batch"] / r["images_per_s"] for r in steps)
 
 
 def test_sigusr1_stops_with_a_checkpoint_and_the_run_resumes_bitwise(uninterrupted, tmp_path):
