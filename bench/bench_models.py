@@ -134,6 +134,7 @@ def ours(row: str, steps: int) -> dict:
 
     from models import _gemm
     return {"ms": sec * 1e3, "peak_rss_mib": _peak_rss_mib(), "flops": _row_flops(kind, what, res, batch),
+            "target": _numba_target(),
             "threads": {"models": models.get_num_threads(), "numba": numba.get_num_threads(),
                         "gemm pool": _gemm.pool_size(), "gemm kernel": _gemm.describe(),
                         "numba layer": numba.threading_layer(), "pools": _threads_seen()}}
@@ -216,12 +217,28 @@ def _run(row: str, framework: str, args) -> dict:
     env = dict(os.environ, NUMBA_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads),
                OPENBLAS_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.vector_width:
+        env["POPRUN_VECTOR_WIDTH"] = args.vector_width
     cmd = [sys.executable, __file__, "--worker", row, "--framework", framework, "--threads", str(args.threads),
            "--steps", str(args.steps)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{framework} {row} failed (exit status {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _numba_target() -> str:
+    """What numba compiles our kernels for: the CPU name, its widest vector ISA, and the loop
+    vector width asked for (``POPRUN_VECTOR_WIDTH``; auto leaves it to LLVM, which prefers 256-bit
+    vectors on most AVX-512 CPUs)."""
+    import numba
+    from llvmlite import binding
+
+    from data._jit import vector_width
+
+    features = (numba.config.CPU_FEATURES or binding.get_host_cpu_features().flatten()).split(",")
+    isa = next((name for name in ("avx512f", "avx2", "avx", "sse4.2") if f"+{name}" in features), "baseline")
+    return f"{numba.config.CPU_NAME or binding.get_host_cpu_name()}, {isa}, loop vectors {vector_width()}"
 
 
 def _cpu_model() -> str:
@@ -245,7 +262,8 @@ def _header(args, peak: dict, a: dict, b: dict) -> None:
     print(f"CPU: {_cpu_model()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"sgemm peak (numpy 2048^2, {args.threads} thr): {peak['gflops']:.1f} GFLOP/s; numpy BLAS: "
           f"{_pools(peak['pools'])}")
-    print(f"ours: models {ta['models']} thr, numba {ta['numba']} thr ({ta['numba layer']} layer); GEMMs split over "
+    print(f"ours: numba target {a['target']}; models {ta['models']} thr, numba {ta['numba']} thr "
+          f"({ta['numba layer']} layer); GEMMs split over "
           f"{ta['gemm pool']} thread(s): {ta['gemm kernel']}; pools seen: {_pools(ta['pools'])}")
     print(f"torch: intra-op {tb['torch intra-op']}, inter-op {tb['torch inter-op']}, capability "
           f"{tb['cpu capability']}, oneDNN {tb['mkldnn']}; pools seen: {_pools(tb['pools'])}")
@@ -262,6 +280,9 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {list(ROWS)}")
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternate ours/torch this many times per row and keep each one's best")
+    parser.add_argument("--vector-width", choices=("auto", "256", "512"),
+                        help="POPRUN_VECTOR_WIDTH for our kernels (data/_jit.py): on AVX-512 CPUs, run once with "
+                             "each to compare (default: the environment's, else auto)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--framework", default="ours", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -7,6 +7,15 @@ but steppable in a debugger); :data:`prange` then degrades to ``range``. It live
 lowest package with kernels, because the loader must stay importable with numpy, numba and h5py
 alone; ``models/`` and ``ipu/`` compile through it too.
 
+``POPRUN_VECTOR_WIDTH`` (read here too: ``auto``, the default, ``256`` or ``512``) picks the vector
+width LLVM compiles the kernels' loops for. On CPUs with AVX-512, LLVM's tuning for most of them
+(Skylake-SP to Sapphire Rapids, Zen 4) prefers 256-bit vectors, so by default the kernels use half
+the width of the FMA units that OpenBLAS's and oneDNN's 512-bit kernels use; ``512`` lifts that
+preference (numba's target features plus ``-prefer-256-bit``; checked in the assembly: zmm
+registers), ``256`` sets it. It is a run-time choice, not measured for speed yet (no AVX-512
+machine was available): compare with ``bench/bench_models.py --vector-width``. A different width
+is another numba target, cached apart; it changes no result (no kernel lets LLVM reorder a sum).
+
 :func:`splitmix64` (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA
 2014) is the one 64-bit mixer that the data order, the augmentation draws and the stochastic
 rounding hash their counters with.
@@ -23,6 +32,33 @@ import numpy as np
 JIT_VARIABLE = "POPRUN_JIT"
 ENABLED = os.environ.get(JIT_VARIABLE, "1").strip().lower() not in ("0", "false", "no")
 prange = numba.prange if ENABLED else range
+VECTOR_WIDTH_VARIABLE = "POPRUN_VECTOR_WIDTH"
+
+
+def _vector_features(width: str, features: str) -> str | None:
+    """numba's target features for ``POPRUN_VECTOR_WIDTH`` (None: leave numba's as they are), given
+    the features it would use (its ``NUMBA_CPU_FEATURES``, or the host's)."""
+    width = width.strip().lower()
+    if width in ("", "auto"):
+        return None
+    if width not in ("256", "512"):
+        raise ValueError(f"{VECTOR_WIDTH_VARIABLE}={width!r}: use auto (LLVM's choice), 256 or 512")
+    if width == "512" and "+avx512f" not in features.split(","):
+        raise ValueError(f"{VECTOR_WIDTH_VARIABLE}=512, but the CPU numba compiles for has no AVX-512F "
+                         "(numba's target features say -avx512f); unset it or set it to 256")
+    return f"{features},{'-' if width == '512' else '+'}prefer-256-bit"
+
+
+def vector_width() -> str:
+    """``POPRUN_VECTOR_WIDTH`` as applied: ``auto`` or the width asked for."""
+    return os.environ.get(VECTOR_WIDTH_VARIABLE, "").strip().lower() or "auto"
+
+
+if ENABLED and vector_width() != "auto":  # before anything compiles: numba reads it when its target is built
+    from llvmlite import binding as _llvm
+
+    numba.config.CPU_FEATURES = _vector_features(
+        vector_width(), numba.config.CPU_FEATURES or _llvm.get_host_cpu_features().flatten())
 
 
 def is_enabled() -> bool:
@@ -103,4 +139,4 @@ def hash3(a: int, b: int, c: int) -> np.uint64:
     return splitmix64(h ^ np.uint64(c))
 
 
-__all__ = ["ENABLED", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64"]
+__all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64", "vector_width"]
