@@ -30,14 +30,16 @@ import numpy as np
 from models._jit import CONTRACT, jit, prange
 
 VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
-# Output pixels per tile, per register block: TILE x VEC accumulators in 8-float vectors plus the
-# weight vectors and a broadcast, within AVX2's 16 registers. Only tiles that LLVM was seen to
-# vectorise cleanly are listed (8 x 8 stays scalar; 12 x 8 now runs at half the speed of 6 x 8),
-# so wider AVX-512 register files are not used for bigger tiles. Measured on Zen 1 (one thread,
-# every tile on the same arrays, the G16 layers of B0/B4-G16-GN and the 56 x 56 layer): per
-# computed pixel, 4 x 16 and 6 x 16 are within 3 % of each other (4 ahead on rows of 24-56,
-# 6 on rows of 6-12), so :func:`tile_for` takes whichever computes fewer columns.
-TILES = {16: (4, 6), 8: (6,)}
+# Output pixels per tile, per register block, each with its time per computed pixel relative to
+# the fastest: TILE x VEC accumulators in 8-float vectors plus the weight vectors and a broadcast,
+# within AVX2's 16 registers. Only tiles that LLVM was seen to vectorise cleanly are listed (8 x 8
+# stays scalar; 12 x 8 runs at half the speed of 6 x 8), so wider AVX-512 register files are not
+# used for bigger tiles. Measured on Zen 1 (one thread, every tile on the same arrays, the G16
+# layers of B0/B4-G16-GN and the 56 x 56 layer): per computed pixel, 4 x 16 and 6 x 16 are within
+# 3 % of each other (4 ahead on rows of 24-56, 6 on rows of 6-12); 3 x 16 (6 accumulators) takes
+# 8-11 % longer per pixel, but on B4's 3 x 3 maps it computes 3 columns where 4 x 16 computes 4:
+# the forward of those layers 17-18 % faster. :func:`tile_for` weighs the columns by these costs.
+TILES = {16: {4: 1.0, 6: 1.0, 3: 1.1}, 8: {6: 1.0}}
 # Weight gradient: output pixels (whole rows) per scratch fill, summed in registers between two
 # flushes. Each fill copies (block - 1) * sh + KH input rows, so a block of one 56-pixel row copied
 # every input row three times for a 3x3 kernel. Measured on Zen 1 over every G16 layer of the three
@@ -54,8 +56,8 @@ def vec_for(width: int) -> int | None:
 
 def tile_for(vec: int, wo: int) -> int:
     """Output pixels per tile for rows of ``wo`` pixels: the tile whose whole tiles cover the row
-    with the fewest columns computed (the narrower one on a tie)."""
-    return min(TILES[vec], key=lambda tile: (-(-wo // tile) * tile, tile))
+    in the least time, columns computed times the tile's cost per pixel (the narrower on a tie)."""
+    return min(TILES[vec], key=lambda tile: (-(-wo // tile) * tile * TILES[vec][tile], tile))
 
 
 def channel_block(vec: int) -> int:
