@@ -195,15 +195,17 @@ def main() -> None:
     ratios = ", ".join(f"{e['update_s'] / b['update_s']:.3f}x" for b, e in zip(measured["32"], measured["16"]))
     print(f"each measurement: 32.32 outside the model {shares}; 16.16 / 32.32 {ratios}")
     medians = ", ".join(f"{r['median_outside']:.1%} ({r['median_update_s'] * 1e3:.1f} ms)" for r in measured["32"])
-    ratios = ", ".join(f"{e['median_update_s'] / b['median_update_s']:.3f}x" for b, e in zip(measured["32"], measured["16"]))
+    ratios = ", ".join(f"{e['median_update_s'] / b['median_update_s']:.3f}x"
+                       for b, e in zip(measured["32"], measured["16"]))
     print(f"update by update (instance 0's metrics, updates {args.warmup}..{args.steps}), the median of each "
           f"measurement: 32.32 outside the model {medians}; 16.16 / 32.32 median update {ratios}")
     if args.blocks > 0:
         ab = interleaved(args, PRECISION_16)
         base, emulated = ab["32"], ab["16"]
         print(f"in one process, {args.replicas // args.instances} replicas on one thread, {args.blocks} blocks of "
-              f"{args.block} updates of each precision, alternated: median update 32.32 {base['update_s'] * 1e3:.2f} ms, "
-              f"16.16 {emulated['update_s'] * 1e3:.2f} ms: 16.16 / 32.32 = {emulated['update_s'] / base['update_s']:.3f}x")
+              f"{args.block} updates of each precision, alternated: median update 32.32 "
+              f"{base['update_s'] * 1e3:.2f} ms, 16.16 {emulated['update_s'] * 1e3:.2f} ms: "
+              f"16.16 / 32.32 = {emulated['update_s'] / base['update_s']:.3f}x")
         print("  mean ms per update, phase by phase (32.32 / 16.16): " + ", ".join(
             f"{phase} {base[phase] * 1e3:.2f} / {emulated[phase] * 1e3:.2f}" for phase in PHASES
             if base[phase] or emulated[phase]))

@@ -14,7 +14,8 @@ the width of the FMA units that OpenBLAS's and oneDNN's 512-bit kernels use; ``5
 preference (numba's target features plus ``-prefer-256-bit``; checked in the assembly: zmm
 registers), ``256`` sets it. It is a run-time choice, not measured for speed yet (no AVX-512
 machine was available): compare with ``bench/bench_models.py --vector-width``. A different width
-is another numba target, cached apart; it changes no result (no kernel lets LLVM reorder a sum).
+is another numba target, cached apart. It should change no result, as no kernel lets LLVM reorder
+a sum, but that too is untested on an AVX-512 CPU.
 
 :func:`splitmix64` (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA
 2014) is the one 64-bit mixer that the data order, the augmentation draws and the stochastic
@@ -139,4 +140,5 @@ def hash3(a: int, b: int, c: int) -> np.uint64:
     return splitmix64(h ^ np.uint64(c))
 
 
-__all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled", "jit", "prange", "splitmix64", "vector_width"]
+__all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled",
+           "jit", "prange", "splitmix64", "vector_width"]

@@ -147,7 +147,8 @@ def test_round_to_nearest_uncompiled_matches_the_compiled_kernel():
 
     x = _tie_patterns()[::7]  # every exponent still
     code = ("import sys, numpy as np; from ipu.precision import round_to_fp16_; "
-            "x = np.frombuffer(sys.stdin.buffer.read(), np.float32).copy(); sys.stdout.buffer.write(round_to_fp16_(x).tobytes())")
+            "x = np.frombuffer(sys.stdin.buffer.read(), np.float32).copy(); "
+            "sys.stdout.buffer.write(round_to_fp16_(x).tobytes())")
     out = subprocess.run([sys.executable, "-c", code], input=x.tobytes(), capture_output=True, check=True,
                          env={**os.environ, "POPRUN_JIT": "0"}).stdout
     np.testing.assert_array_equal(np.frombuffer(out, np.uint32), round_to_fp16_(x.copy()).view(np.uint32))
