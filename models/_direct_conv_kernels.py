@@ -71,19 +71,29 @@ def scratch_width(wo: int, kw: int, sw: int, tile: int) -> int:
     return (-(-wo // tile) * tile - 1) * sw + kw
 
 
-def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int) -> None:
+def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int, phase=(0, 0, 1, 1)) -> None:
     """y[n, ho, wo, g] = sum over in-image taps (kh, kw) and c of
     x[n, ho*sh - pt + kh, wo*sw - pl + kw, g, c] * w[g, kh, kw, c]  (vectors of Cg_out).
     ``scratch`` [chunks, KH, G, scratch_width(Wo, KW, sw, tile), Cg]: per chunk of output rows,
     a ring of the last KH input rows, zero-padded (input row i sits in slot i % KH, column j at
     pl + j), each group's row on its own. The kernel reads it through :func:`tap_view`, so the
-    taps (kw, c) of one output pixel are one run of KW * Cg values."""
+    taps (kw, c) of one output pixel are one run of KW * Cg values. ``phase`` (oy, ox, osh, osw):
+    output pixel (ho, wo) goes to y[n, oy + ho*osh, ox + wo*osw], so that the input gradient's
+    stride phases write into the whole (contiguous) gradient: a strided view would be a layout of
+    its own, another compiled variant of the kernel."""
     key = ("conv", vec_for(y.shape[4]), tile)
     if key not in _kernels:
         _kernels[key] = _make_conv(*key[1:])
     g, kh, kw, cg, cog = w.shape
+    oy, ox, osh, osw = phase
     _kernels[key](x, np.ascontiguousarray(w).reshape(g, kh, kw * cg, cog), y, sh, sw, pt, pl, scratch,
-                  tap_view(scratch, kw))
+                  tap_view(scratch, kw), oy, ox, osh, osw)
+
+
+def phase_shape(y_shape, phase) -> tuple[int, int]:
+    """Output rows and columns of :func:`conv` into ``y`` of ``y_shape`` at ``phase``."""
+    oy, ox, osh, osw = phase
+    return -(-(y_shape[1] - oy) // osh), -(-(y_shape[2] - ox) // osw)
 
 
 def tap_view(scratch: np.ndarray, kw: int, sw: int = 1) -> np.ndarray:
@@ -126,9 +136,9 @@ def _make_conv(VEC: int, TILE: int):
     """The convolution kernel for one register block and tile (see :func:`conv`)."""
 
     @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, w, y, sh, sw, pt, pl, scratch, taps):
+    def kernel(x, w, y, sh, sw, pt, pl, scratch, taps, oy, ox, osh, osw):
         n_, h_, w_, groups, cg = x.shape
-        ho_, wo_, cog = y.shape[1], y.shape[2], y.shape[4]
+        ho_, wo_, cog = (y.shape[1] - oy + osh - 1) // osh, (y.shape[2] - ox + osw - 1) // osw, y.shape[4]
         kh_, kc_ = w.shape[1], w.shape[2]  # w: [G, KH, KW * Cg, Cog]
         chunks = scratch.shape[0]
         span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
@@ -165,7 +175,7 @@ def _make_conv(VEC: int, TILE: int):
                                             acc[t, v] += xv * w[g, kh, q, b + v]
                             for t in range(min(TILE, wo_ - wo)):
                                 for v in range(VEC):
-                                    y[n, ho, wo + t, g, b + v] = acc[t, v]
+                                    y[n, oy + ho * osh, ox + (wo + t) * osw, g, b + v] = acc[t, v]
 
     return kernel
 

@@ -160,19 +160,19 @@ class Conv2d(Layer):
             return self._backward_direct(dy)
         return self._backward_im2col(dy)
 
-    def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl) -> None:
+    def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl, phase=(0, 0, 1, 1)) -> None:
         """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's
-        stride phases use smaller kernels)."""
+        stride phases use smaller kernels), into ``y5`` at ``phase`` (see D.conv)."""
         if pt < 0:  # (input-gradient phases of a padding wider than the kernel) taps start inside
             x5, pt = x5[:, -pt:], 0
         if pl < 0:
             x5, pl = x5[:, :, -pl:], 0
-        chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * y5.shape[1]))
+        ho, wo = D.phase_shape(y5.shape, phase)
+        chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * ho))
         kh, kw = w5.shape[1], w5.shape[2]
-        tile = D.tile_for(D.vec_for(y5.shape[4]), y5.shape[2])
-        scratch = self._temp("conv_rows", (chunks, kh, x5.shape[3], D.scratch_width(y5.shape[2], kw, sw, tile),
-                                             x5.shape[4]))
-        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile)
+        tile = D.tile_for(D.vec_for(y5.shape[4]), wo)
+        scratch = self._temp("conv_rows", (chunks, kh, x5.shape[3], D.scratch_width(wo, kw, sw, tile), x5.shape[4]))
+        D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile, phase)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
         """The direct kernel's weight gradient [G, KH, KW, Cg, Cog]: per-chunk partials, summed."""
@@ -284,11 +284,11 @@ class Conv2d(Layer):
             rows, top = _phase_taps(ph, pt, self.sh, self.kh)
             for pw in range(self.sw):
                 cols, left = _phase_taps(pw, pl, self.sw, self.kw)
-                out = dx5[:, ph::self.sh, pw::self.sw]
                 if rows is None or cols is None:
-                    out[...] = 0
+                    dx5[:, ph::self.sh, pw::self.sw] = 0
                     continue
-                self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), out, 1, 1, top, left)
+                self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), dx5, 1, 1, top, left,
+                                  (ph, pw, self.sh, self.sw))
         if not D.vec_for(cg):
             np.copyto(self._split(dx), dx5[..., :cg])
         return dx
