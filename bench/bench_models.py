@@ -234,9 +234,9 @@ def _numba_target() -> str:
     import numba
     from llvmlite import binding
 
-    from data._jit import vector_width
+    from data._jit import target_features, vector_width
 
-    features = (numba.config.CPU_FEATURES or binding.get_host_cpu_features().flatten()).split(",")
+    features = target_features().split(",")
     isa = next((name for name in ("avx512f", "avx2", "avx", "sse4.2") if f"+{name}" in features), "baseline")
     return f"{numba.config.CPU_NAME or binding.get_host_cpu_name()}, {isa}, loop vectors {vector_width()}"
 

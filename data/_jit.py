@@ -50,16 +50,21 @@ def _vector_features(width: str, features: str) -> str | None:
     return f"{features},{'-' if width == '512' else '+'}prefer-256-bit"
 
 
+def target_features() -> str:
+    """The LLVM target features numba compiles for: ``NUMBA_CPU_FEATURES`` (or what this module set
+    from ``POPRUN_VECTOR_WIDTH``), else the host's."""
+    from llvmlite import binding
+
+    return numba.config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
+
+
 def vector_width() -> str:
     """``POPRUN_VECTOR_WIDTH`` as applied: ``auto`` or the width asked for."""
     return os.environ.get(VECTOR_WIDTH_VARIABLE, "").strip().lower() or "auto"
 
 
 if ENABLED and vector_width() != "auto":  # before anything compiles: numba reads it when its target is built
-    from llvmlite import binding as _llvm
-
-    numba.config.CPU_FEATURES = _vector_features(
-        vector_width(), numba.config.CPU_FEATURES or _llvm.get_host_cpu_features().flatten())
+    numba.config.CPU_FEATURES = _vector_features(vector_width(), target_features())
 
 
 def is_enabled() -> bool:
@@ -141,4 +146,4 @@ def hash3(a: int, b: int, c: int) -> np.uint64:
 
 
 __all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled",
-           "jit", "prange", "splitmix64", "vector_width"]
+           "jit", "prange", "splitmix64", "target_features", "vector_width"]

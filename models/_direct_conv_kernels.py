@@ -85,9 +85,8 @@ def conv(x, w, y, sh, sw, pt, pl, scratch, tile: int, phase=(0, 0, 1, 1)) -> Non
     if key not in _kernels:
         _kernels[key] = _make_conv(*key[1:])
     g, kh, kw, cg, cog = w.shape
-    oy, ox, osh, osw = phase
     _kernels[key](x, np.ascontiguousarray(w).reshape(g, kh, kw * cg, cog), y, sh, sw, pt, pl, scratch,
-                  tap_view(scratch, kw), oy, ox, osh, osw)
+                  tap_view(scratch, kw), *phase, *phase_shape(y.shape, phase))
 
 
 def phase_shape(y_shape, phase) -> tuple[int, int]:
@@ -136,9 +135,9 @@ def _make_conv(VEC: int, TILE: int):
     """The convolution kernel for one register block and tile (see :func:`conv`)."""
 
     @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, w, y, sh, sw, pt, pl, scratch, taps, oy, ox, osh, osw):
+    def kernel(x, w, y, sh, sw, pt, pl, scratch, taps, oy, ox, osh, osw, ho_, wo_):
         n_, h_, w_, groups, cg = x.shape
-        ho_, wo_, cog = (y.shape[1] - oy + osh - 1) // osh, (y.shape[2] - ox + osw - 1) // osw, y.shape[4]
+        cog = y.shape[4]  # ho_, wo_: the output rows and columns of the phase (phase_shape)
         kh_, kc_ = w.shape[1], w.shape[2]  # w: [G, KH, KW * Cg, Cog]
         chunks = scratch.shape[0]
         span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
