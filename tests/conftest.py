@@ -14,3 +14,27 @@ def _no_inherited_launch_env(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "PMIX_", "SLURM_", "MPI_LOCAL")):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hooks: ignored without it
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): a worker per CPU this process may use, at most 4. Half of a
+    clean run is numba compiling kernels, one core per process, and the workers share the on-disk
+    cache; beyond 4 each worker would compile the same kernels at the same time."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole test files to a worker (a file's module fixtures run once, and its kernels
+    compile in one process), every Slurm test on one worker (one test cluster). xdist's own
+    ``--dist loadgroup`` would do this with marks, but it stopped grouping under pytest 9.2
+    (pytest-dev/pytest-xdist#1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "tests/slurm/" if path.startswith("tests/slurm/") else path
+
+    return ByFile(config, log)
