@@ -31,10 +31,26 @@ class Param:
             raise ValueError(f"parameter {self.name!r}: unknown kind {self.kind!r}")
         self.grad = np.zeros_like(self.data)
 
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("data", "grad") and self.__dict__.get(name) is not value:  # not ``p.data += x``
+            _GENERATION[0] += 1  # another array: what was derived from the old one is stale
+        object.__setattr__(self, name, value)
+
     @property
     def decays(self) -> bool:
         """Whether weight decay and the LARS trust ratio apply to this parameter."""
         return self.kind == "weight"
+
+
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """A number that changes whenever any parameter's ``data`` or ``grad`` is bound to another
+    array. What a training step derives from the parameters' arrays (one view over every gradient,
+    the optimizer's compiled lists) stays valid while it is unchanged: one integer to compare
+    instead of a walk over every parameter (20-40 us for efficientnet-tiny's 96)."""
+    return _GENERATION[0]
 
 
 def pack_grads(params: list[Param]) -> np.ndarray | None:

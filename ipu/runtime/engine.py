@@ -14,8 +14,9 @@ weight update:
    buffer with the step's metrics (loss sum, correct, count) and the host's flags (``flags``, e.g.
    a stop request) appended: one collective, so one point where instances wait for each other
    per update (with a float32 buffer the metrics and flags take a second, float64 all-reduce);
-3. one pass ``flat *= 1 / (total_replicas * A * loss_scale)`` makes the mean over every
-   micro-batch of every replica and unscales it; the loss scaler judges the step (non-finite:
+3. one pass ``grads = flat / (total_replicas * A * loss_scale)`` writes the mean over every
+   micro-batch of every replica, unscaled, into the model's gradients (``flat`` keeps the sum);
+   the loss scaler judges the step (non-finite:
    stop naming the update, or with dynamic scaling skip it and lower the scale), the same
    verdict on every instance since the gradients and the loss are the same everywhere;
 4. the same optimizer step, with the schedule's learning rate, on every instance (and the EMA).
@@ -41,7 +42,7 @@ from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.replica import Replica, ReplicaResult
 from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
 from models.optim.loss_scaling import LossScaler, NonFiniteLossError
-from models.param import span
+from models.param import generation, span
 from poprun_py.progress import report_progress
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class Engine:
         self.step = 0  # weight updates done (applied or skipped)
         self.sync_seconds = 0.0
         self.times = PhaseTimes()  # the engine's phases; the replicas keep their own
+        self._grads: tuple[int | None, np.ndarray | None] = (None, None)  # (generation, span of the model's gradients)
 
     def phase_seconds(self) -> PhaseTimes:
         """Seconds per phase so far, the engine's and every local replica's together."""
@@ -255,18 +257,21 @@ class Engine:
                              f"[local_replicas={want[0]}, grad_accum={want[1]}, micro_batch, H, W, C]")
 
     def _update(self, loss: float) -> tuple[float, bool, float]:
-        scale = self.scaler.scale
-        # one pass: the mean over every micro-batch of every replica, and the loss-scale unscaling
-        finite = self.scaler.unscale_([self.flat], divisor=self.total_replicas * self.grad_accum) and math.isfinite(loss)
+        scale, divisor = self.scaler.scale, self.total_replicas * self.grad_accum
+        if self._grads[0] != generation():  # a parameter's array replaced: look again
+            self._grads = (generation(), span([p.grad for p in self.params]))
+        grads = self._grads[1]
+        if grads is not None:  # the model's gradients are one buffer (models.param.pack_grads):
+            # one pass makes the mean over every micro-batch of every replica, unscales it and writes it there
+            finite = self.scaler.unscale_into(self.flat, grads, divisor=divisor)
+        else:
+            finite = self.scaler.unscale_([self.flat], divisor=divisor)  # the same, in place, then copied
+            for p, g in zip(self.params, self.views):
+                np.copyto(p.grad, g)
+        finite = finite and math.isfinite(loss)
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale
-        grads = span([p.grad for p in self.params])
-        if grads is not None:  # the model's gradients are one buffer (models.param.pack_grads)
-            np.copyto(grads, self.flat)
-        else:
-            for p, g in zip(self.params, self.views):
-                np.copyto(p.grad, g)
         self.optimizer.step(lr)
         if self.emulation is not None:
             with self.times.measure("precision_emulation"):  # not the optimizer's: taken out below

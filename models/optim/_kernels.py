@@ -90,6 +90,19 @@ def scale_all_finite(x, factor):
 
 
 @_compiler.jit
+def scale_into_all_finite(x, factor, out):
+    """``out = x * factor`` (the product in x's dtype, then cast to out's) over 1-D arrays, and whether
+    every product is finite: :func:`scale_all_finite` and the copy into ``out`` in one pass, ``x``
+    left as it is."""
+    bad = 0
+    for i in range(x.size):
+        v = x[i] * factor
+        out[i] = v
+        bad |= (v - v) != 0.0
+    return bad == 0
+
+
+@_compiler.jit
 def lars_rates(norms, lars, lr, eta, weight_decay, eps, out):
     """``out[i]``: parameter i's learning rate, ``lr`` times its LARS trust ratio where ``lars[i]``
     (``momentum.lars_trust_ratio`` on the square roots of ``norms[i]``: 1 where a norm is 0), in
@@ -133,4 +146,4 @@ def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov):
                 w[j] = w[j] - v[j]
 
 
-__all__ = ["lars_rates", "momentum_apply", "norms_into", "scale_all_finite", "sum_squares"]
+__all__ = ["lars_rates", "momentum_apply", "norms_into", "scale_all_finite", "scale_into_all_finite", "sum_squares"]

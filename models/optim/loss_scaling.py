@@ -109,6 +109,20 @@ class LossScaler:
             finite = finite and all_finite(g)
         return finite
 
+    def unscale_into(self, grads: np.ndarray, out: np.ndarray, divisor: float = 1.0) -> bool:
+        """``out[:] = grads / (divisor * scale)``, ``grads`` left as it is: ``unscale_`` and a copy
+        into ``out`` (say the float32 gradients of a float64 sum) in one pass, bitwise the same values.
+        True if every quotient is finite, in ``grads``' precision."""
+        if out.shape != grads.shape:
+            raise ValueError(f"unscale_into: out has shape {out.shape}, the gradients {grads.shape}")
+        inv = 1.0 / (divisor * self.scale)
+        if (ENABLED and grads.dtype in (np.float32, np.float64) and out.dtype in (np.float32, np.float64)
+                and grads.flags.c_contiguous and out.flags.c_contiguous):
+            return bool(_kernels.scale_into_all_finite(grads.reshape(-1), grads.dtype.type(inv), out.reshape(-1)))
+        scaled = grads * grads.dtype.type(inv) if inv != 1.0 else grads
+        np.copyto(out, scaled, casting="same_kind")
+        return all_finite(scaled)
+
     def update(self, finite: bool, *, step: int, loss: float = math.nan) -> bool:
         """Record whether weight update ``step`` was finite; return True to apply it."""
         if finite:

@@ -37,7 +37,7 @@ from numba import typed
 from data._jit import ENABLED
 from models.optim import _kernels
 from models.optim.optimizer_base import Optimizer
-from models.param import Param
+from models.param import Param, generation
 
 
 _DATA, _GRAD = operator.attrgetter("data"), operator.attrgetter("grad")
@@ -45,7 +45,8 @@ _DATA, _GRAD = operator.attrgetter("data"), operator.attrgetter("grad")
 
 def _array_ids(params) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The ids of every parameter's ``data`` and ``grad`` arrays (the bound lists hold those arrays,
-    so equal ids mean the same arrays): a comparison in C, not a Python loop per parameter."""
+    so equal ids mean the same arrays); compared only when ``models.param.generation`` says that
+    some parameter's array was replaced."""
     return tuple(map(id, map(_DATA, params))), tuple(map(id, map(_GRAD, params)))
 
 
@@ -95,15 +96,19 @@ class MomentumSGD(Optimizer):
         ws, gs, vs = (typed.List([trio[k].reshape(-1) for trio in arrays]) for k in range(3))
         decays = np.array([p.decays for p in self.params])
         lars = decays & (self.lars_eta > 0.0)
-        return {"arrays": arrays, "ids": _array_ids(self.params), "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
+        return {"arrays": arrays, "ids": _array_ids(self.params), "generation": generation(),
+                "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
                 "lars": lars, "any_lars": bool(lars.any()), "decay_terms": decays & (self.weight_decay != 0.0),
                 "norms": np.zeros((len(self.params), 2)), "rates": np.zeros(len(self.params), dtype),
                 "consts": np.array([self.weight_decay, self.momentum], dtype)}
 
     def step(self, lr: float) -> None:
         fused = self._fused
-        if fused is not None and _array_ids(self.params) != fused["ids"]:  # a replaced array: rebind
-            fused = self._fused = self._bind()
+        if fused is not None and fused["generation"] != generation():  # some parameter's array was replaced
+            if _array_ids(self.params) != fused["ids"]:  # one of ours: rebind
+                fused = self._fused = self._bind()
+            else:
+                fused["generation"] = generation()
         if fused is None:
             super().step(lr)
             return

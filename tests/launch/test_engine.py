@@ -12,6 +12,7 @@ from models import build_model, softmax_cross_entropy
 from models.optim.loss_scaling import LossScaleConfig, LossScaler, NonFiniteLossError
 from models.optim import OptimConfig, make_optimizer
 from models.optim.schedules import ScheduleConfig, make_schedule
+from models.param import pack_grads
 from ipu.runtime.streams import ReplicaFeed
 from poprun_py.comm import LoopbackComm
 
@@ -59,6 +60,22 @@ def test_update_uses_the_mean_gradient_over_replicas_and_micro_batches(scale):
     for p, w0, g in zip(model.params(), before, expected):
         np.testing.assert_allclose(p.data, w0 - 0.1 * g, rtol=1e-5, atol=1e-7)
     assert m.applied and m.samples == 24 and m.step == 0 and m.loss_scale == scale
+
+
+def test_replacing_a_parameters_arrays_between_updates_changes_no_update():
+    """The replicas, the engine and the optimizer remember views of the parameters' arrays until
+    ``models.param.generation`` changes: new arrays (a new gradient buffer, a weight copied) are used."""
+    model, reference = dense(), dense()
+    engine, ref = engine_for(model), engine_for(reference)
+    for step in range(3):
+        images, labels = batch(2, 3, 4, seed=step)
+        if step:
+            pack_grads(model.params())  # every gradient into a new buffer
+            model.params()[step].data = model.params()[step].data.copy()
+        engine.train_step(images, labels)
+        ref.train_step(images, labels)
+        for p, q in zip(model.params(), reference.params()):
+            assert p.data.tobytes() == q.data.tobytes(), (step, p.name)
 
 
 def test_flat_views_cover_the_buffer_back_to_back():

@@ -132,3 +132,25 @@ def test_the_one_pass_unscale_is_bitwise_numpys_and_finds_every_bad_value(dtype)
             assert not _kernels.scale_all_finite(y, dtype(0.5)), (where, bad)
     big = np.full(5, np.finfo(dtype).max, dtype)  # finite, but the scaled value overflows
     assert not _kernels.scale_all_finite(big, dtype(2.0))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_unscale_into_writes_what_unscale_and_a_copy_write_and_leaves_the_sum(monkeypatch, compiled):
+    """The engine's one pass from its float64 gradient sum into the model's float32 gradients."""
+    from models.optim import loss_scaling
+
+    monkeypatch.setattr(loss_scaling, "ENABLED", compiled)  # False: the numpy path (POPRUN_JIT=0)
+    rng = np.random.default_rng(5)
+    total = rng.standard_normal(10_001) * 1e3
+    scaler = LossScaler(LossScaleConfig(initial_scale=128.0))
+    want = total.copy()
+    assert scaler.unscale_([want], divisor=12) is True
+    want = want.astype(np.float32)
+    out = np.empty(total.size, np.float32)
+    before = total.copy()
+    assert scaler.unscale_into(total, out, divisor=12) is True
+    assert out.tobytes() == want.tobytes() and total.tobytes() == before.tobytes()
+    total[4_567] = np.inf
+    assert scaler.unscale_into(total, out, divisor=12) is False
+    with pytest.raises(ValueError, match="shape"):
+        scaler.unscale_into(total, out[:-1])

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from models.param import Param, pack_grads, span
+from models.param import Param, generation, pack_grads, span
 
 
 # ---------------------------------------------------------------- one gradient buffer
@@ -31,3 +31,15 @@ def test_span_is_one_view_only_for_arrays_back_to_back_in_one_buffer():
     assert span([flat[::2]]) is None  # not contiguous
     again = [flat[0:4].reshape(2, 2), flat[4:10], flat[10:12]]
     assert span(again).tolist() == flat.tolist()  # new objects: asked afresh, same answer
+
+
+def test_the_generation_changes_when_an_array_is_replaced_and_only_then():
+    p = Param("a.weight", np.zeros((2, 3), np.float32))
+    start = generation()
+    p.data += 1.0  # in place: the same arrays
+    p.grad[...] = 2.0
+    assert generation() == start
+    p.grad = np.zeros_like(p.data)
+    assert generation() == start + 1
+    pack_grads([p])  # rebinds every gradient
+    assert generation() == start + 2
