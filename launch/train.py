@@ -129,8 +129,12 @@ def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) 
     log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard,
                      tensorboard_every=t.cfg.run.tensorboard_every) if lead else None
     bar = _progress_bar(t, lead)
-    with _logs_around(bar):
-        return _loop(t, log, bar, lead, resumed, stop, comm)
+    try:
+        with _logs_around(bar):
+            return _loop(t, log, bar, lead, resumed, stop, comm)
+    finally:
+        if log is not None:  # a run that fails keeps the lines of every update it made
+            log.flush()
 
 
 def _logs_around(bar):
@@ -186,7 +190,7 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
             if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
             if cfg.run.checkpoint_every and e.step % cfg.run.checkpoint_every == 0:
-                _save(t)
+                _save(t, log)
                 _maybe_kill(t, resumed)
         batches.close()  # stops the loader's producer if the run ends inside an epoch
         val = _end_of_epoch(t, epoch, log)  # evaluate, then checkpoint (a resume never skips an evaluation)
@@ -252,12 +256,15 @@ def _end_of_epoch(t: Training, epoch: int, log: MetricsLog | None) -> tuple[floa
         if log is not None:
             log.write({"event": "eval", "step": e.step, "epoch": epoch, "val_loss": loss, "val_accuracy": acc,
                        "samples": count})
-    _save(t)
+    _save(t, log)
     return val
 
 
-def _save(t: Training) -> None:
-    """Gather the state everywhere (collective), write it on instance 0 only."""
+def _save(t: Training, log: MetricsLog | None) -> None:
+    """Gather the state everywhere (collective), write it on instance 0 only, after every metrics
+    line so far (a resumed run starts after the checkpoint, so it writes the later ones again)."""
+    if log is not None:
+        log.flush()
     arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
@@ -267,7 +274,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     """Every instance agreed to stop before this update: checkpoint (collective) and leave."""
     bar.close()
     step = t.engine.step
-    _save(t)
+    _save(t, log)
     if t.lead:
         logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
                        signal_name(signum), step, t.total_steps, ckpt.checkpoint_dir(t.cfg.run.run_dir))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from launch import report
 from launch.config import load_config
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 
@@ -30,6 +32,31 @@ def test_resume_drops_the_lines_written_after_the_checkpoint(tmp_path):
     paths = plot_metrics(records, tmp_path)
     assert [p.name for p in paths] == ["loss.png", "accuracy.png"] and all(p.stat().st_size > 1000 for p in paths)
     log.close()
+
+
+def test_step_lines_reach_the_file_together_and_any_other_event_takes_them_along(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(report.time, "monotonic", lambda: clock[0])
+    log = MetricsLog(tmp_path)
+
+    def on_disk():
+        return [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+    for step in range(3):
+        log.write({"event": "step", "step": step})
+    assert on_disk() == []  # queued: under FLUSH_S since the last write
+    clock[0] += MetricsLog.FLUSH_S
+    log.write({"event": "step", "step": 3})
+    assert on_disk() == [0, 1, 2, 3]
+    log.write({"event": "step", "step": 4})
+    log.write({"event": "eval", "step": 4})
+    assert on_disk() == [0, 1, 2, 3, 4, 4]
+    log.write({"event": "step", "step": 5})
+    log.flush()  # what the training loop does before each checkpoint
+    assert on_disk()[-1] == 5
+    log.write({"event": "step", "step": 6})
+    log.close()
+    assert on_disk()[-1] == 6
 
 
 def test_the_default_run_gets_a_pod_prediction():
