@@ -169,7 +169,7 @@ class RunConfig:
     pause_at_step: int = 0  # test hook: every instance waits after this update for a stop signal, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
     tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
-    tensorboard_every: int = 10  # updates per TensorBoard training point (their mean); metrics.jsonl has every one
+    tensorboard_every: int = 25  # updates per TensorBoard training point (their mean); metrics.jsonl has every one
 
     def __post_init__(self) -> None:
         if not self.epochs > 0:
