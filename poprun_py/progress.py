@@ -2,7 +2,12 @@
 
 Under the launcher, the agent passes a pipe as ``POPRUN_PROGRESS_FD``. A report is one short
 line, written without blocking: if the agent is slow to read, reports are dropped rather than
-slowing training down. Every report is also kept in-process (``last_progress``), which the
+slowing training down. At most one line goes out per ``WRITE_EVERY_S``; a report that comes
+sooner waits, and a thread of this process writes the latest one at the end of that interval,
+so a process stuck in a collective or a loop still tells what it was doing, at most
+``WRITE_EVERY_S`` late. (A training update reports three times: every report written at once
+woke the agent, which runs on the instance's CPU, 90 times a second, and made each gradient
+all-reduce of the default job 0.1 ms slower.) Every report is also kept in-process (``last_progress``), which the
 in-MPI watchdog reads (``poprun_py/watchdog.py``), and checked against an injected fault
 (``POPRUN_FAULT``, ``poprun_py/faults.py``). Outside a launcher and without a fault this costs
 one clock read.
@@ -10,16 +15,22 @@ one clock read.
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 import time
 
 from poprun_py import env as envc
 from poprun_py.faults import Fault, fire
 
+WRITE_EVERY_S = 0.1
+
 _fd: int | None = None
 _fault: Fault | None = None
 _checked = False
 _last: tuple[float, str] = (time.monotonic(), "started")
+_written = 0.0  # monotonic time of the last line written
+_pending = False  # a report not written yet: the writer thread's
 
 
 def _setup() -> None:
@@ -33,19 +44,46 @@ def _setup() -> None:
         except OSError:
             _fd = None
     _fault = envc.read_fault(os.environ)
+    if _fd is not None:
+        threading.Thread(target=_write_late, name="poprun-progress", daemon=True).start()
+        atexit.register(_write_pending)
+
+
+def _write(what: str) -> None:
+    global _written
+    _written = time.monotonic()
+    try:
+        os.write(_fd, (what.replace("\n", " ")[:200] + "\n").encode())
+    except (BlockingIOError, BrokenPipeError, OSError):
+        pass
+
+
+def _write_pending() -> None:
+    global _pending
+    if _pending:
+        _pending = False  # before reading _last: a later report sets it again
+        _write(_last[1])
+
+
+def _write_late() -> None:
+    while True:
+        time.sleep(WRITE_EVERY_S)
+        _write_pending()
 
 
 def report_progress(what: str) -> None:
     """Tell the launcher this instance is alive and what it is doing (``"step 12"``)."""
-    global _last
+    global _last, _pending
     if not _checked:
         _setup()
-    _last = (time.monotonic(), what)
+    now = time.monotonic()
+    _last = (now, what)
     if _fd is not None:
-        try:
-            os.write(_fd, (what.replace("\n", " ")[:200] + "\n").encode())
-        except (BlockingIOError, BrokenPipeError, OSError):
-            pass
+        if now - _written >= WRITE_EVERY_S:
+            _pending = False
+            _write(what)
+        else:
+            _pending = True  # _write_late writes it, or a later report replaces it
     if _fault is not None and what == _fault.at:
         fire(_fault)
 
