@@ -29,7 +29,9 @@ def pytest_xdist_make_scheduler(config, log):
     """Whole test files to a worker (a file's module fixtures run once, and its kernels
     compile in one process), every Slurm test on one worker (one test cluster). xdist's own
     ``--dist loadgroup`` would do this with marks, but it stopped grouping under pytest 9.2
-    (pytest-dev/pytest-xdist#1386)."""
+    (pytest-dev/pytest-xdist#1386). An explicit ``--dist`` other than xdist's default keeps its own."""
+    if config.getoption("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):
