@@ -69,6 +69,7 @@ def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, fl
     out["update_s"] = summary["update_s"]
     out["updates"] = summary["updates_this_run"]
     out["threads"] = summary.get("instance_threads", [])
+    out["instance_all_reduce_s"] = np.array(summary["instance_all_reduce_s"])
     # per update (instance 0's metrics): its wall time, tick to tick, and its model seconds
     steps_seen = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     out["per_update"] = [(r["step"], r["global_batch"] / r["images_per_s"], r["model_s"]) for r in steps_seen
@@ -85,6 +86,7 @@ def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, floa
     updates = long["updates"] - short["updates"]
     window = [(wall, model) for step, wall, model in long["per_update"] if args.warmup <= step < args.steps]
     return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"],
+            "instance_all_reduce": (long["instance_all_reduce_s"] - short["instance_all_reduce_s"]) / updates,
             "median_update_s": float(np.median([wall for wall, _ in window])),
             "median_outside": float(np.median([1 - model / wall for wall, model in window]))}
 
@@ -199,6 +201,9 @@ def main() -> None:
                        for b, e in zip(measured["32"], measured["16"]))
     print(f"update by update (instance 0's metrics, updates {args.warmup}..{args.steps}), the median of each "
           f"measurement: 32.32 outside the model {medians}; 16.16 / 32.32 median update {ratios}")
+    waits = "; ".join(" / ".join(f"{w * 1e3:.2f}" for w in r["instance_all_reduce"]) for r in measured["32"])
+    print(f"32.32 all-reduce ms per update on each instance (0 / 1 / ...; the slowest instance waits least), "
+          f"each measurement: {waits}")
     if args.blocks > 0:
         ab = interleaved(args, PRECISION_16)
         base, emulated = ab["32"], ab["16"]

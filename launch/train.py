@@ -310,6 +310,9 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
                                      profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
     threads = gather_thread_report(t.engine.comm)  # collective
+    phases = e.phase_seconds().seconds
+    # collective: each instance's model and all-reduce seconds (the one that waits least is the slowest)
+    per_instance = e.comm.allgather(np.array([phases["model"], phases["all_reduce"], loop.seconds]))
     if not t.lead:
         return 0
     for members, count, cpus in oversubscribed_hosts(threads):
@@ -322,13 +325,16 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
                "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
-               "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads, **_time_shares(e, loop)}
+               "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads,
+               "instance_model_s": per_instance[:, 0].tolist(), "instance_all_reduce_s": per_instance[:, 1].tolist(),
+               "instance_update_s": per_instance[:, 2].tolist(), **_time_shares(e, loop)}
     log.write(summary)
     if cfg.run.plots:
         plot_metrics(log.records(), cfg.run.run_dir)
     log.close()
     Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(summary_text({k: v for k, v in summary.items() if k not in ("event", "instance_threads")}), flush=True)
+    print(summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith("instance_")}),
+          flush=True)
     print(f"Threads: {describe_threads(threads)}", flush=True)
     print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
           f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)

@@ -86,6 +86,9 @@ def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path)
         runs[instances] = (losses(run_dir), final_state(run_dir))
     base, base_state = runs[1]
     assert len(base) == 20 and np.all(np.isfinite(base))
+    summary = json.loads((tmp_path / "4x1" / "summary.json").read_text())  # every instance's own seconds
+    assert len(summary["instance_all_reduce_s"]) == 4 and all(s >= 0.0 for s in summary["instance_all_reduce_s"])
+    assert all(0.0 < m < u for m, u in zip(summary["instance_model_s"], summary["instance_update_s"]))
     for instances in (2, 4):
         got, state = runs[instances]
         rel = np.abs(got - base) / np.abs(base)
