@@ -202,8 +202,9 @@ def main() -> None:
     print(f"update by update (instance 0's metrics, updates {args.warmup}..{args.steps}), the median of each "
           f"measurement: 32.32 outside the model {medians}; 16.16 / 32.32 median update {ratios}")
     waits = "; ".join(" / ".join(f"{w * 1e3:.2f}" for w in r["instance_all_reduce"]) for r in measured["32"])
-    print(f"32.32 all-reduce ms per update on each instance (0 / 1 / ...; the slowest instance waits least), "
-          f"each measurement: {waits}")
+    print(f"32.32 all-reduce ms per update on each instance (0 / 1 / ...; the slowest instance waits least; "
+          f"a difference of totals, so the first update's wait for the others' start-up, which differs "
+          f"between the two runs, can make it negative), each measurement: {waits}")
     if args.blocks > 0:
         ab = interleaved(args, PRECISION_16)
         base, emulated = ab["32"], ab["16"]
