@@ -6,7 +6,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from effnet_profile import efficientnet_profile  # noqa: E402
-from models.profile import LayerProfile  # noqa: E402
+from toy_profiles import toy_layer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -18,10 +18,6 @@ def b4_g16():
 @pytest.fixture(scope="session")
 def b4_g1():
     return efficientnet_profile(4, batch=3, group_dim=1, expand=None)
-
-
-def toy_layer(name, block, flops=100, params=10, act=50, saved=40, matmul=True, kind="conv"):
-    return LayerProfile(name, block, kind, flops, 2 * flops, params, act, saved, matmul)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@ import logging
 from dataclasses import replace
 
 import pytest
-from conftest import toy_layer
+from toy_profiles import toy_layer
 
 from ipu import cost
 from ipu.bsp import SYNC_CYCLES

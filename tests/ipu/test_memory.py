@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import toy_layer
+from toy_profiles import toy_layer
 
 from ipu.memory import (
     CODE_BYTES_PER_LAYER_PER_TILE, CODE_BYTES_PER_TILE, IpuOutOfMemoryError, check_fit, fit,

@@ -1,5 +1,5 @@
 import pytest
-from conftest import toy_layer
+from toy_profiles import toy_layer
 
 from ipu.pipeline import (
     block_order, check_gradient_accumulation, replica_schedule, split_at, split_balanced, stashed_elems,
