@@ -7,8 +7,8 @@ sooner waits, and a thread of this process writes the latest one at the end of t
 so a process stuck in a collective or a loop still tells what it was doing, at most
 ``WRITE_EVERY_S`` late. (A training update reports three times: every report written at once
 woke the agent, which runs on the instance's CPU, 90 times a second, and made each gradient
-all-reduce of the default job 0.1 ms slower.) Every report is also kept in-process (``last_progress``), which the
-in-MPI watchdog reads (``poprun_py/watchdog.py``), and checked against an injected fault
+all-reduce of the default job 0.1 ms slower.) Every report is also kept in-process
+(``last_progress``), which the in-MPI watchdog reads (``poprun_py/watchdog.py``), and checked against an injected fault
 (``POPRUN_FAULT``, ``poprun_py/faults.py``). Outside a launcher and without a fault this costs
 one clock read.
 """

@@ -93,7 +93,8 @@ def scale_all_finite(x, factor):
 def scale_into_all_finite(x, factor, out):
     """``out = x * factor`` (the product in x's dtype, then cast to out's) over 1-D arrays, and whether
     every product is finite: :func:`scale_all_finite` and the copy into ``out`` in one pass, ``x``
-    left as it is."""
+    left as it is. Not for ``out`` = ``x``: LLVM then runs the loop unvectorised, at twice
+    :func:`scale_all_finite`'s time (113 against 54 us for 126,682 float64 values, Zen 1)."""
     bad = 0
     for i in range(x.size):
         v = x[i] * factor
