@@ -46,6 +46,25 @@ def test_batch_norm(act, training):
     check_layer(bn, x, training)
 
 
+@pytest.mark.parametrize("act", [None, "silu", "relu"])
+def test_batch_norm_float32_backward_is_close_to_float64(act):
+    """The float32 backward (SiLU's derivative in float32 arithmetic, sums in float64) against the
+    float64 layer on the same values: within a few float32 roundings of the largest gradient."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 6, 6, 16)) * 2 + 0.5).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    grads = {}
+    for dtype in (np.float32, np.float64):
+        bn = BatchNorm2d("bn", "b", 16, act=act, dtype=dtype)
+        bn.weight.data[:] = np.linspace(0.5, 2.0, 16)
+        bn.bias.data[:] = np.linspace(-1.0, 1.0, 16)
+        bn.forward(x.astype(dtype), True)
+        dx = bn.backward(dy.astype(dtype))
+        grads[dtype] = (dx.astype(np.float64), bn.weight.grad.astype(np.float64), bn.bias.grad.astype(np.float64))
+    for got, exact in zip(grads[np.float32], grads[np.float64]):
+        assert np.abs(got - exact).max() <= 1e-6 * np.abs(exact).max()
+
+
 def test_batch_norm_keeps_precision_with_a_large_mean():
     x = (1000 + np.random.default_rng(0).standard_normal((4, 8, 8, 4))).astype(np.float32)
     bn = BatchNorm2d("bn", "b", 4, eps=1e-5)
