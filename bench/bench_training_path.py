@@ -19,7 +19,11 @@ The difference of two runs' totals takes in every burst of the host's other load
 wait of a few hundred ms moves the share by points), so it also prints the same share update by
 update: instance 0's ``metrics.jsonl`` gives each update's wall time (from one update's end to
 the next's) and its model seconds (``model_s``); the median over the window of
-``1 - model / wall``, and the median update time, for each measurement.
+``1 - model / wall``, and the median update time, for each measurement. Instance 0's share also
+holds its wait in the all-reduce for a slower instance (on a shared host one instance can run
+slower for a whole run), so each measurement also gives the share on the instance the others wait
+for, the one that waits least in the all-reduce (``ipu.runtime.phases.critical_path``, from the
+differences of totals): the training path's own cost around the model.
 
 Then (``--blocks``, default 20) the same ratio where the machine's drift cannot reach it: both
 precisions built in this one process as one instance of the job (``--replicas / --instances``
@@ -45,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402  (loaded before the header, so that it can name numpy's BLAS kernel)
 
 from bench.bench_models import _cpu_model, _pools, _threads_seen  # noqa: E402
-from ipu.runtime.phases import PHASES  # noqa: E402
+from ipu.runtime.phases import PHASES, critical_path  # noqa: E402
 from launch.thread_report import describe_threads, oversubscribed_hosts  # noqa: E402
 
 PRECISION_16 = ("ipu.precision=\"16.16\"", "ipu.emulate_precision=true", "ipu.stochastic_rounding=true",
@@ -69,7 +73,8 @@ def run(args, steps: int, extra: tuple[str, ...], run_dir: Path) -> dict[str, fl
     out["update_s"] = summary["update_s"]
     out["updates"] = summary["updates_this_run"]
     out["threads"] = summary.get("instance_threads", [])
-    out["instance_all_reduce_s"] = np.array(summary["instance_all_reduce_s"])
+    for key in ("instance_all_reduce_s", "instance_model_s", "instance_update_s"):
+        out[key] = np.array(summary[key])
     # per update (instance 0's metrics): its wall time, tick to tick, and its model seconds
     steps_seen = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     out["per_update"] = [(r["step"], r["global_batch"] / r["images_per_s"], r["model_s"]) for r in steps_seen
@@ -87,6 +92,8 @@ def steady(args, extra: tuple[str, ...], tmp: Path, name: str) -> dict[str, floa
     window = [(wall, model) for step, wall, model in long["per_update"] if args.warmup <= step < args.steps]
     return {**{k: (long[k] - short[k]) / updates for k in (*PHASES, "update_s")}, "threads": long["threads"],
             "instance_all_reduce": (long["instance_all_reduce_s"] - short["instance_all_reduce_s"]) / updates,
+            **critical_path(*((long[k] - short[k]).tolist()
+                              for k in ("instance_model_s", "instance_all_reduce_s", "instance_update_s"))),
             "median_update_s": float(np.median([wall for wall, _ in window])),
             "median_outside": float(np.median([1 - model / wall for wall, model in window]))}
 
@@ -205,6 +212,10 @@ def main() -> None:
     print(f"32.32 all-reduce ms per update on each instance (0 / 1 / ...; the slowest instance waits least; "
           f"a difference of totals, so the first update's wait for the others' start-up, which differs "
           f"between the two runs, can make it negative), each measurement: {waits}")
+    critical = "; ".join(f"instance {r['critical_instance']} {r['critical_outside_model_share']:.1%} (instance 0 "
+                         f"waited {r['instance_wait_share'][0]:.1%} for it)" for r in measured["32"] if r.get("instance_wait_share"))
+    print(f"32.32 outside the model on the instance the others wait for (the one that waits least in the all-reduce; "
+          f"differences of totals), each measurement: {critical}")
     if args.blocks > 0:
         ab = interleaved(args, PRECISION_16)
         base, emulated = ab["32"], ab["16"]

@@ -41,7 +41,7 @@ import numpy as np
 import poprun_py as popdist
 from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
-from ipu.runtime.phases import PHASES, PhaseTimes, shares
+from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
 from launch.build import Training, build_training
 from launch.config import distribute, load_config, placement
@@ -327,7 +327,8 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
                "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads,
                "instance_model_s": per_instance[:, 0].tolist(), "instance_all_reduce_s": per_instance[:, 1].tolist(),
-               "instance_update_s": per_instance[:, 2].tolist(), **_time_shares(e, loop)}
+               "instance_update_s": per_instance[:, 2].tolist(), **_time_shares(e, loop),
+               **critical_path(*(per_instance[:, i].tolist() for i in range(3)))}
     log.write(summary)
     if cfg.run.plots:
         plot_metrics(log.records(), cfg.run.run_dir)
@@ -343,6 +344,11 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
                           if name != "model")
         print(f"Update time outside the model (instance 0): {summary['outside_model_share']:.1%} ({parts}, "
               f"other {summary['share_other']:.1%})", flush=True)
+    if summary.get("critical_instance") is not None and t.placement.num_instances > 1:
+        j = summary["critical_instance"]
+        print(f"On instance {j}, the one the others wait for: {summary['critical_outside_model_share']:.1%} outside "
+              f"the model; instance 0 waited {summary['instance_wait_share'][0]:.1%} of its update time for it",
+              flush=True)
     return 0
 
 

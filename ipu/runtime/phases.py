@@ -68,4 +68,26 @@ def shares(seconds: dict[str, float], update_seconds: float) -> dict[str, float]
     return out
 
 
-__all__ = ["PHASES", "PhaseTimes", "shares"]
+def critical_path(model_s: list[float], all_reduce_s: list[float], update_s: list[float]) -> dict:
+    """Each instance's model, all-reduce and update seconds over the same updates -> the instance
+    the others wait for and what the update costs outside the model on it.
+
+    Updates end together, so an instance that finishes its model early waits in the all-reduce
+    for the slowest: the instance that spends least there (``critical_instance``) is the one the
+    others wait for, and ``1 - model / update`` on it (``critical_outside_model_share``) is what
+    the training path costs around the model, without the others' wait. ``instance_wait_share``:
+    each instance's all-reduce seconds beyond the critical one's, as a share of its update time
+    (the imbalance between instances, the host's doing, not the training path's).
+    """
+    if not model_s or len(model_s) != len(all_reduce_s) or len(model_s) != len(update_s):
+        raise ValueError(f"critical_path: need one model, all-reduce and update time per instance, got "
+                         f"{len(model_s)}, {len(all_reduce_s)} and {len(update_s)}")
+    j = min(range(len(all_reduce_s)), key=all_reduce_s.__getitem__)
+    if update_s[j] <= 0:
+        return {}
+    return {"critical_instance": j, "critical_outside_model_share": 1.0 - model_s[j] / update_s[j],
+            "instance_wait_share": [(a - all_reduce_s[j]) / u if u > 0 else 0.0
+                                    for a, u in zip(all_reduce_s, update_s)]}
+
+
+__all__ = ["PHASES", "PhaseTimes", "critical_path", "shares"]

@@ -89,6 +89,10 @@ def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path)
     summary = json.loads((tmp_path / "4x1" / "summary.json").read_text())  # every instance's own seconds
     assert len(summary["instance_all_reduce_s"]) == 4 and all(s >= 0.0 for s in summary["instance_all_reduce_s"])
     assert all(0.0 < m < u for m, u in zip(summary["instance_model_s"], summary["instance_update_s"]))
+    j = summary["critical_instance"]  # the one that waits least in the all-reduce
+    assert summary["instance_all_reduce_s"][j] == min(summary["instance_all_reduce_s"])
+    assert summary["instance_wait_share"][j] == 0.0 and min(summary["instance_wait_share"]) >= 0.0
+    assert 0.0 < summary["critical_outside_model_share"] < 1.0
     for instances in (2, 4):
         got, state = runs[instances]
         rel = np.abs(got - base) / np.abs(base)
