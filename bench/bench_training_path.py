@@ -212,8 +212,9 @@ def main() -> None:
     print(f"32.32 all-reduce ms per update on each instance (0 / 1 / ...; the slowest instance waits least; "
           f"a difference of totals, so the first update's wait for the others' start-up, which differs "
           f"between the two runs, can make it negative), each measurement: {waits}")
-    critical = "; ".join(f"instance {r['critical_instance']} {r['critical_outside_model_share']:.1%} (instance 0 "
-                         f"waited {r['instance_wait_share'][0]:.1%} for it)" for r in measured["32"] if r.get("instance_wait_share"))
+    critical = "; ".join(f"instance {r['critical_instance']} {r['critical_outside_model_share']:.1%} (each instance's "
+                         f"wait for it: {' / '.join(f'{w:.1%}' for w in r['instance_wait_share'])})"
+                         for r in measured["32"] if r.get("instance_wait_share"))
     print(f"32.32 outside the model on the instance the others wait for (the one that waits least in the all-reduce; "
           f"differences of totals), each measurement: {critical}")
     if args.blocks > 0:

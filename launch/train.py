@@ -346,9 +346,9 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
               f"other {summary['share_other']:.1%})", flush=True)
     if summary.get("critical_instance") is not None and t.placement.num_instances > 1:
         j = summary["critical_instance"]
+        waits = ", ".join(f"{w:.1%}" for w in summary["instance_wait_share"])
         print(f"On instance {j}, the one the others wait for: {summary['critical_outside_model_share']:.1%} outside "
-              f"the model; instance 0 waited {summary['instance_wait_share'][0]:.1%} of its update time for it",
-              flush=True)
+              f"the model; each instance's wait for it (0, 1, ...): {waits} of its update time", flush=True)
     return 0
 
 
