@@ -79,6 +79,7 @@ class Conv2d(Layer):
     """Convolution; keeps its input (pointwise, depthwise, direct) or its im2col columns (others)."""
 
     kind = "conv"
+    output_private = True
 
     def __init__(self, name: str, block: str, cin: int, cout: int, kernel: int | tuple[int, int],
                  stride: int = 1, padding="symmetric", groups: int = 1, bias: bool = False,
@@ -204,7 +205,7 @@ class Conv2d(Layer):
             self._small_weight_grad(dy2, x2, grad)
         if not self.need_dx:
             return None
-        dx = self._grad_buf(self.x_shape)
+        dx = self._input_grad_buf()
         if P.suits(m, self.cout, self.cin, self.dtype):
             P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _jit.get_num_threads())
         else:
@@ -249,9 +250,15 @@ class Conv2d(Layer):
         self.weight.grad[:, 0] = part.sum(axis=0).transpose(2, 0, 1)
         if not self.need_dx:
             return None
-        dx = self._grad_buf(self.x_shape)
+        dx = self._input_grad_buf()
         K.dw_backward_input(dy, self._dw_weight(), dx, self.sh, self.sw, pt, pl)
         return dx
+
+    def _input_grad_buf(self) -> np.ndarray:
+        """The buffer for dx, called once the weight gradient has read the input: the input itself
+        when it is expendable (``Layer.mark_input_expendable``; the dx kernels read only dy and the
+        weights), else the pool's."""
+        return self._grad_buf(self.x_shape, self.x if self.input_expendable else None)
 
     def _split(self, a: np.ndarray) -> np.ndarray:
         """NHWC -> [N, H, W, G, C/G] (a view of a contiguous array)."""
@@ -272,7 +279,7 @@ class Conv2d(Layer):
             self.weight.grad.shape)
         if not self.need_dx:
             return None
-        dx = self._grad_buf(self.x_shape)
+        dx = self._input_grad_buf()
         wt = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 1, 2)  # [G, KH, KW, Cog, Cg]
         if D.vec_for(cg):
             dx5 = self._split(dx)

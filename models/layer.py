@@ -13,7 +13,10 @@ A caller that no longer needs ``dy`` once the layer has consumed it calls
 ``backward_consuming(dy)`` instead: the layer may then write its ``dx`` over ``dy`` (norms and
 squeeze-and-excitation do when the shapes match), so one gradient buffer fewer is alive.
 Containers pass this on only where they own the gradient (``Sequential``: every gradient
-between its layers, and its input's when it was itself called consuming).
+between its layers, and its input's when it was itself called consuming). Likewise a layer whose
+input is the private output of the layer before it (``output_private``; ``Sequential`` marks it
+with ``mark_input_expendable``) may write its ``dx`` over that input once it has read it: the
+convolutions do, after their weight gradient.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class Layer:
     """
 
     kind = "act"
+    # True for a layer whose output is an array of its own that its backward never reads: once
+    # the layer after it has its weight gradient, that input is dead (see mark_input_expendable)
+    output_private = False
 
     def __init__(self, name: str, block: str, dtype=np.float32) -> None:
         self.name = name
@@ -97,6 +103,14 @@ class Layer:
         self.dtype = np.dtype(dtype)
         self._scratch: dict[str, np.ndarray] = {}
         self.grad_pool: GradPool | None = None
+        self.input_expendable = False
+
+    def mark_input_expendable(self, expendable: bool) -> None:
+        """Set by a container when this layer's input is the private output of the layer before it
+        (``output_private``) and read by nothing else: backward may then write its ``dx`` over the
+        input once it no longer needs it (a convolution does, after its weight gradient), so a
+        model holds one gradient buffer fewer of that size (B0-224: the pool's largest, 147 MiB)."""
+        self.input_expendable = expendable
 
     def set_grad_pool(self, pool: GradPool | None) -> None:
         self.grad_pool = pool
@@ -197,6 +211,17 @@ class Sequential(ConsumesGradient, Layer):
     def __init__(self, name: str, block: str, layers: list[Layer], dtype=np.float32) -> None:
         super().__init__(name, block, dtype)
         self.layers = layers
+        for before, layer in zip(layers, layers[1:]):  # each input between two layers is read by one layer
+            layer.mark_input_expendable(before.output_private)
+
+    @property
+    def output_private(self) -> bool:
+        return bool(self.layers) and self.layers[-1].output_private
+
+    def mark_input_expendable(self, expendable: bool) -> None:
+        super().mark_input_expendable(expendable)
+        if self.layers:
+            self.layers[0].mark_input_expendable(expendable)
 
     def children(self) -> list[Layer]:
         return list(self.layers)

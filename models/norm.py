@@ -45,6 +45,7 @@ def _chunks(m: int) -> int:
 
 class _Norm(ConsumesGradient, Layer):
     kind = "norm"
+    output_private = True
     recomputes = True  # may recompute SiLU's sigmoid in backward (large tensors)
 
     def __init__(self, name, block, channels, eps, act, dtype):

@@ -58,6 +58,7 @@ def _input_grad(dy, s, dpool, dx, inv_m):
 
 class SqueezeExcitation(ConsumesGradient, Layer):
     kind = "se"
+    output_private = True
 
     def __init__(self, name: str, block: str, channels: int, squeeze: int, dtype=np.float32,
                  rng: np.random.Generator | None = None) -> None:
