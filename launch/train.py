@@ -334,8 +334,9 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
         plot_metrics(log.records(), cfg.run.run_dir)
     log.close()
     Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith("instance_")}),
-          flush=True)
+    # per-instance lists and the critical path get lines of their own below
+    own_lines = ("instance_", "critical_")
+    print(summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith(own_lines)}), flush=True)
     print(f"Threads: {describe_threads(threads)}", flush=True)
     print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
           f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)
