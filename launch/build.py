@@ -48,6 +48,7 @@ class Training:
     total_steps: int
     placement: InstanceInfo  # this instance's replicas, from the launcher (launch.config.placement)
     compiled: CompiledIpu | None = None
+    run_id: str = ""  # the run this instance takes part in (launch.run_dir), recorded in each checkpoint
 
     @property
     def instance_index(self) -> int:
@@ -134,11 +135,16 @@ def build_emulation(cfg: TrainConfig, params, optimizer) -> PrecisionEmulation |
                               stochastic_rounding=cfg.ipu.stochastic_rounding)
 
 
+def schedule_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The run's length in weight updates, ``run.epochs`` of them: what the learning-rate schedule spans."""
+    return max(int(cfg.run.epochs * steps_per_epoch), 1)
+
+
 def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
-    steps = int(cfg.run.epochs * steps_per_epoch)
-    if cfg.run.max_steps:
-        steps = min(steps, cfg.run.max_steps) if steps else cfg.run.max_steps
-    return max(steps, 1)
+    """The update this run stops after: the schedule's end, or ``run.max_steps`` if that comes first
+    (a stop, which leaves the schedule as ``run.epochs`` define it)."""
+    steps = schedule_steps(cfg, steps_per_epoch)
+    return min(steps, cfg.run.max_steps) if cfg.run.max_steps else steps
 
 
 def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
@@ -149,7 +155,8 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
     params = model.params()
     optimizer = make_optimizer(cfg.optim, params)
     steps = total_steps(cfg, loader.steps_per_epoch)
-    schedule = make_schedule(cfg.schedule.resolve(cfg.global_batch), loader.steps_per_epoch, steps)
+    schedule = make_schedule(cfg.schedule.resolve(cfg.global_batch), loader.steps_per_epoch,
+                             schedule_steps(cfg, loader.steps_per_epoch))
     replicas = build_replicas(cfg, model, train_set.info, placement.replicas)
     engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
                     total_replicas=placement.num_total_replicas, scaler=LossScaler(cfg.loss_scaling),

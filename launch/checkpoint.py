@@ -5,12 +5,14 @@ A checkpoint is ``<run_dir>/checkpoints/ckpt-<step:08d>.h5`` holding
 * one dataset per array, under its key (``model/...``, ``optim/momentum/...``, ``ema/...``,
   ``replica/<r>/...``; slashes become HDF5 groups), and
 * a JSON attribute ``meta`` with every scalar (step, epoch, loader position, seed, loss scale,
-  optimizer and EMA counters) and the full configuration.
+  optimizer and EMA counters), the full configuration, the run id and the parameter signature
+  (``launch.run_dir``: what a resume is checked against).
 
 No pickle anywhere. Writing goes to ``ckpt-....h5.tmp`` in the same folder, is flushed and
 fsynced, then ``os.replace``d over the final name (atomic on POSIX), and the folder is fsynced:
 a crash at any point leaves either the old set of checkpoints or the new one, never a torn file.
-The newest ``keep`` checkpoints are kept.
+The newest ``keep`` checkpoints of the run (``meta["run_id"]``) are kept; files of any other run
+are left alone (``launch.run_dir`` keeps one run to a folder).
 
 What a run's checkpoint holds (:func:`capture_state`) and how it is put back
 (:func:`restore_state`) is defined here too, next to the file format.
@@ -63,7 +65,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, arrays: dict[str, np.
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(final.parent)
-    _prune(final.parent, keep)
+    _prune(final.parent, keep, meta.get("run_id"))
     logger.info("Checkpoint for update %d written to %s.", step, final)
     return final
 
@@ -95,9 +97,24 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _prune(folder: Path, keep: int) -> None:
-    for old in list_checkpoints(folder)[:-keep]:
+def _prune(folder: Path, keep: int, run_id: str | None) -> None:
+    """Delete all but the newest ``keep`` checkpoints of run ``run_id`` (another run's are not ours)."""
+    for old in _of_run(list_checkpoints(folder), run_id)[:-keep]:
         old.unlink(missing_ok=True)
+
+
+def _of_run(paths: list[Path], run_id: str | None) -> list[Path]:
+    """The checkpoints among ``paths`` that run ``run_id`` wrote (None: every one)."""
+    if run_id is None:
+        return paths
+    out = []
+    for path in paths:
+        try:
+            if read_meta(path).get("run_id") == run_id:
+                out.append(path)
+        except ValueError:  # unreadable: not provably ours, so never deleted or resumed
+            continue
+    return out
 
 
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
@@ -116,35 +133,50 @@ def step_of(path: str | os.PathLike) -> int:
     return int(match.group(1))
 
 
-def find_latest(run_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
-    found = list_checkpoints(checkpoint_dir(run_dir))
+def find_latest(run_dir: str | os.PathLike, run_id: str | None = None) -> Path | None:
+    """The newest complete checkpoint in ``run_dir`` (of run ``run_id`` when given), or None."""
+    found = _of_run(list_checkpoints(checkpoint_dir(run_dir)), run_id)
     return found[-1] if found else None
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint's ``meta`` alone (its configuration, run id, step), without the arrays."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(path)!r} does not exist; pass --resume auto or an existing file")
+    try:
+        with h5py.File(path, "r") as f:
+            if "meta" not in f.attrs:
+                raise ValueError(f"{path} has no 'meta' attribute: it was not written by launch.checkpoint")
+            return json.loads(f.attrs["meta"])
+    except OSError as err:
+        raise ValueError(f"checkpoint {path} cannot be read ({err}); delete it to resume from an older one") from None
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(arrays, meta)`` as saved; raises ValueError naming the file if it is not a checkpoint."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint {str(path)!r} does not exist; pass --resume auto or an existing file")
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with h5py.File(path, "r") as f:
-            if "meta" not in f.attrs:
-                raise ValueError(f"{path} has no 'meta' attribute: it was not written by launch.checkpoint")
-            meta = json.loads(f.attrs["meta"])
-
-            def visit(name: str, obj) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    arrays[name] = obj[()]
-
-            f.visititems(visit)
-    except OSError as err:
-        raise ValueError(f"checkpoint {path} cannot be read ({err}); delete it to resume from an older one") from None
+    meta = read_meta(path)
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"checkpoint {path} has format version {meta.get('format_version')}, "
                          f"this code reads version {FORMAT_VERSION}")
+    arrays: dict[str, np.ndarray] = {}
+
+    def visit(name: str, obj) -> None:
+        if isinstance(obj, h5py.Dataset):
+            arrays[name] = obj[()]
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+    except OSError as err:
+        raise ValueError(f"checkpoint {path} cannot be read ({err}); delete it to resume from an older one") from None
     return arrays, meta
+
+
+def param_signature(params) -> list[list[Any]]:
+    """``[name, shape, dtype]`` of every parameter, in the model's order (recorded in each checkpoint)."""
+    return [[p.name, list(p.data.shape), str(p.data.dtype)] for p in params]
 
 
 def split_prefix(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -157,7 +189,8 @@ def capture_state(t: Training, extra: dict[str, Any]) -> tuple[dict[str, np.ndar
     """Everything needed to continue exactly. Collective (gathers replica states): call everywhere."""
     e = t.engine
     arrays: dict[str, np.ndarray] = {f"model/{p.name}": p.data for p in e.params}
-    meta: dict[str, Any] = {"config": t.cfg.to_dict(), "engine_step": e.step, "loader": t.loader.state(),
+    meta: dict[str, Any] = {"config": t.cfg.to_dict(), "run_id": t.run_id, "params": param_signature(e.params),
+                            "engine_step": e.step, "loader": t.loader.state(),
                             "loss_scaler": e.scaler.state_dict(), "seed": t.cfg.run.seed,
                             "rng": "stateless: every stream is a function of (seed, step, replica, micro-batch)",
                             "total_replicas": e.total_replicas, **extra}

@@ -17,6 +17,7 @@ the numerics engine's own configs (``models.optim``, ``models.optim.loss_scaling
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
@@ -28,20 +29,23 @@ import yaml
 from ipu.pipeline import check_pipeline_splits
 from ipu.plan import get_preset
 from ipu.precision import PRECISIONS
+from launch.config_keys import suggest
 from models.optim.loss_scaling import LossScaleConfig
 from models.optim import OptimConfig
 from models.optim.schedules import ScheduleConfig, lr_from_exponent
 from poprun_py.topology import InstanceInfo, single_instance
 
 CONFIGS_FILE = Path(__file__).with_name("configs.yml")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """The dataset, the batch split and the augmentation (host crop/flip, device mixup/cutmix).
 
-    Global batch = ``micro_batch * grad_accum * replicas``; ``replicas`` is the total the recipe
-    expects and must match the launcher's ``--num-replicas`` (see :func:`distribute`).
+    Global batch = ``micro_batch * grad_accum * replicas``. ``replicas`` is the total when the
+    program runs alone; under the launcher its ``--num-replicas`` wins, unless ``data.replicas`` is
+    given on the command line, which must then agree (see :func:`distribute`).
     """
 
     path: str = "data/fashion-mnist-subset.h5"
@@ -156,9 +160,9 @@ class RunConfig:
     """The training loop: length, seeds, where outputs go, checkpoints, checks and logs."""
 
     epochs: float = 1.0
-    max_steps: int = 0  # 0: run all epochs; else stop after this many weight updates
+    max_steps: int = 0  # 0: run all epochs; else stop after this many updates (the schedule still spans the epochs)
     seed: int = 0
-    run_dir: str = "runs/default"
+    run_dir: str = "runs/{n}"  # {n}: the next free number, {time}: the start time (launch.run_dir)
     checkpoint_every: int = 0  # weight updates between checkpoints; 0: only at the end of each epoch
     keep_checkpoints: int = 2
     checksum_every: int = 50  # weight updates between cross-instance weight checksums; 0: never
@@ -230,7 +234,27 @@ def load_config(name_or_path: str = "default", overrides: list[str] | tuple[str,
         raw = _merged(preset_sections(raw.pop("preset")), raw)
     for item in overrides:
         _apply_override(raw, item)
+    _drop_replaced(raw, overrides)
     return from_dict(raw, source=f"{path}:{name}")
+
+
+# Keys that say the same thing two ways: setting one on the command line drops the other from the file.
+ALTERNATIVES = (("schedule.warmup_steps", "schedule.warmup_epochs"), ("schedule.base_lr", "schedule.lr_exponent"))
+
+
+def override_keys(overrides: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The ``section.field`` keys that ``--set`` overrides name."""
+    return frozenset(item.partition("=")[0].strip() for item in overrides)
+
+
+def _drop_replaced(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    given = override_keys(overrides)
+    for a, b in ALTERNATIVES:
+        for mine, other in ((a, b), (b, a)):
+            if mine in given and other not in given:
+                section, key = other.split(".")
+                if isinstance(raw.get(section), dict):
+                    raw[section].pop(key, None)
 
 
 def preset_sections(name: str) -> dict[str, dict[str, Any]]:
@@ -285,7 +309,8 @@ def _apply_override(raw: dict, item: str) -> None:
     if not eq or len(parts) < 2 or not all(parts):
         raise ValueError(f"override {item!r}: write section.field=value, for example optim.momentum=0.9")
     if parts[0] not in SECTIONS:
-        raise ValueError(f"override {item!r}: unknown section {parts[0]!r}; sections are {', '.join(SECTIONS)}")
+        raise ValueError(f"override {item!r}: unknown section {parts[0]!r}{suggest(key.strip(), SECTIONS)}; sections are "
+                         f"{', '.join(SECTIONS)} (poprun-train --list-keys lists every key)")
     target = raw
     for part in parts[:-1]:
         node = target.get(part)
@@ -313,7 +338,9 @@ def _section(cls: type, values: dict, where: str):
     valid = [f.name for f in fields(cls)]
     unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ValueError(f"{where}.{unknown[0]}: unknown key; valid keys are {', '.join(valid)}")
+        section = where.rsplit(": ", 1)[-1]
+        raise ValueError(f"{where}.{unknown[0]}: unknown key{suggest(f'{section}.{unknown[0]}', SECTIONS)}; valid keys of "
+                         f"{section} are {', '.join(valid)} (poprun-train --list-keys lists every key)")
     kwargs = {}
     for key, value in values.items():
         if key == "options" and cls is ModelConfig:
@@ -366,22 +393,30 @@ def _describe(options: tuple) -> str:
     return " or ".join(dict.fromkeys(words))
 
 
-def distribute(cfg: TrainConfig, dist) -> TrainConfig:
+def distribute(cfg: TrainConfig, dist, pinned: frozenset[str] = frozenset()) -> TrainConfig:
     """Check the config against the launcher's placement (a ``poprun_py`` ``DistInfo``).
 
     Under the launcher its ``--num-replicas``, ``--ipus-per-replica`` and ``--system`` are the
-    hardware; the config must agree, since the global batch (and with ``lr_exponent`` the learning
-    rate) depends on them. An empty ``ipu.system`` takes the launcher's. Alone, one instance runs
-    all ``data.replicas`` replicas (:func:`placement`).
+    hardware. The replica count is the launcher's: the config's ``data.replicas`` gives way (with a
+    warning naming the global batch), unless ``pinned`` (the keys given on the command line,
+    :func:`override_keys`) holds ``data.replicas``; then the two must agree, since the global batch
+    (and with ``lr_exponent`` the learning rate) depends on them. An empty ``ipu.system`` takes the
+    launcher's. Alone, one instance runs all ``data.replicas`` replicas (:func:`placement`).
     """
     if not dist.is_set:
         return cfg
-    if dist.num_total_replicas != cfg.data.replicas:
+    if dist.num_total_replicas != cfg.data.replicas and "data.replicas" in pinned:
         raise ValueError(
-            f"the launcher runs {dist.num_total_replicas} replicas but the config has data.replicas="
-            f"{cfg.data.replicas} (global batch {cfg.global_batch}); pass --set data.replicas="
-            f"{dist.num_total_replicas} (and adjust data.grad_accum to keep the batch) or launch with "
-            f"--num-replicas {cfg.data.replicas}")
+            f"the launcher runs {dist.num_total_replicas} replicas but --set data.replicas="
+            f"{cfg.data.replicas} asks for {cfg.data.replicas}; launch with --num-replicas {cfg.data.replicas} "
+            f"or leave data.replicas out (the launcher's count is used)")
+    if dist.num_total_replicas != cfg.data.replicas:
+        data = replace(cfg.data, replicas=dist.num_total_replicas)
+        logger.warning("The launcher runs %d replicas; the configuration's data.replicas=%d gives way: global batch "
+                       "%d instead of %d (launch with --num-replicas %d for the configuration's batch).",
+                       dist.num_total_replicas, cfg.data.replicas, cfg.data.micro_batch * cfg.data.grad_accum
+                       * data.replicas, cfg.global_batch, cfg.data.replicas)
+        cfg = replace(cfg, data=data)
     if dist.ipus_per_replica != cfg.ipu.ipus_per_replica:
         raise ValueError(
             f"the launcher gives {dist.ipus_per_replica} IPUs per replica but the config has "

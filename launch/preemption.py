@@ -19,7 +19,10 @@ import time
 
 import numpy as np
 
-STOP_SIGNALS = (signal.SIGUSR1,)
+# The signals an instance votes on (one flag each in the update's all-reduce): SIGUSR1, a request
+# to stop (exit 0), and SIGINT, Ctrl-C (exit 130). Both stop after an update, with a checkpoint; a
+# second SIGINT raises KeyboardInterrupt at once, with no checkpoint.
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGINT)
 
 
 class StopRequest:
@@ -28,7 +31,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum = 0
 
-    def install(self, signals: tuple[int, ...] = STOP_SIGNALS) -> "StopRequest":
+    def install(self, signals: tuple[int, ...] = (signal.SIGUSR1,)) -> "StopRequest":
         """Catch ``signals`` from now on; their default action would kill the run. A process that
         started with them blocked (a launcher may hold them back until the handler exists) gets
         them unblocked here, so a request sent earlier is recorded now. Python lets only the main
@@ -40,6 +43,8 @@ class StopRequest:
         return self
 
     def _record(self, signum: int, _frame) -> None:
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt  # Ctrl-C twice: stop now, without waiting for the update's end
         self.signum = signum
 
     def wait(self, timeout: float | None = None) -> int:
@@ -83,7 +88,3 @@ class StopRequest:
         """The stop signal of a summed vote (the highest signal number any instance holds), else 0."""
         held = [sig for sig, votes in zip(STOP_SIGNALS, summed) if votes > 0]
         return int(max(held)) if held else 0
-
-
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name

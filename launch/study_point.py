@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from launch import checkpoint as ckpt
+from launch import run_dir as rundir
 from launch import train as train_cmd
 from launch.build import build_training
-from launch.config import TrainConfig, distribute, load_config, placement
+from launch.config import TrainConfig, distribute, load_config, override_keys, placement
 from launch.report import predicted_pod_images_per_s
 from launch.study_grid import Point, Study, point_overrides, pod_split
 from launch.trajectory import save_snapshots, snapshot_every
@@ -34,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 def point_config(study: Study, point: Point, data_path: str, run_dir: Path, dist, snapshots: int = 0) -> TrainConfig:
-    cfg = distribute(load_config(study.base, point_overrides(study, point, data_path, str(run_dir))), dist)
+    overrides = point_overrides(study, point, data_path, str(run_dir))
+    cfg = distribute(load_config(study.base, overrides), dist, override_keys(overrides))  # a point's batch is fixed
     if snapshots:  # a checkpoint every few updates is the weight snapshot; keep them all
         cfg = replace(cfg, run=replace(cfg.run, keep_checkpoints=10**6))
     return cfg
@@ -46,11 +48,15 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         cfg = point_config(study, point, data_path, run_dir, dist, snapshots)
+        decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how="auto")
         t = build_training(cfg, comm, placement(cfg, dist))
+        t.run_id = decision.run_id
         if snapshots:
             every = snapshot_every(t.total_steps, snapshots)
             t.cfg = cfg = replace(cfg, run=replace(cfg.run, checkpoint_every=every))
-        resumed = train_cmd._resume(t, comm, "auto")
+        resumed = train_cmd._resume(t, decision)
+        if dist.instance_index == 0:
+            rundir.record_identity(decision, cfg.to_dict(), t.engine.params)
         row["resumed_from_update"] = t.engine.step if resumed else 0
         initial = _flat_weights(t) if snapshots and not resumed else None
         with _output_to(run_dir / "train.log", dist.instance_index == 0):

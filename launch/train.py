@@ -1,14 +1,19 @@
-"""Train a model data-parallel over instances and replicas: ``python -m launch.train``.
+"""Train a model data-parallel over instances and replicas: ``poprun-train``.
 
-    python -m poprun_py --num-instances 2 --num-replicas 4 python -m launch.train
-    python -m launch.train --config default --set run.epochs=1 --set optim.momentum=0.8
-    python -m launch.train --config default --resume auto          # continue the run in run.run_dir
+    poprun_py --num-instances 2 --num-replicas 4 poprun-train
+    poprun-train --config default --set run.epochs=1 --set optim.momentum=0.8
+    poprun-train --config default --resume auto          # continue the newest run of run.run_dir
+    poprun-train --config dense --print-config           # the resolved configuration, as YAML
+    poprun-train --list-keys                             # every key, its type and default
 
 Alone, one instance runs all ``data.replicas`` replicas. Under ``poprun_py`` each instance runs
-its local replicas on its share of every global batch; the launcher's replica count must match
-the config's. Instance 0 writes ``<run_dir>/metrics.jsonl``, checkpoints, ``loss.png``,
-``accuracy.png`` and ``summary.json``, and shows the progress bar. ``--resume auto`` is the
-default when the launcher restarts a failed job (``--max-restarts``).
+its local replicas on its share of every global batch, and the launcher's replica count is the
+run's (:func:`launch.config.distribute`). Each run has a folder of its own (``run.run_dir``; the
+named configs number them, ``runs/<name>/{n}``: see ``launch.run_dir``). Instance 0 writes
+``identity.json``, ``metrics.jsonl``, checkpoints, ``loss.png``, ``accuracy.png`` and
+``summary.json`` there and shows the progress bar. ``--resume auto`` is the default when the
+launcher restarts a failed job (``--max-restarts``). SIGUSR1 stops the run after the current update
+with a checkpoint (exit 0); so does Ctrl-C (SIGINT, exit 130), and a second Ctrl-C stops it at once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # A stop request (SIGUSR1, Slurm's warning before a time limit or preemption) may come while the
 # imports below take their seconds: from here on it is recorded, not fatal (launch/preemption.py).
-from launch.preemption import StopRequest, signal_name  # noqa: E402
+from launch.preemption import StopRequest  # noqa: E402
 
 STOP = StopRequest().install()
 
@@ -33,7 +38,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,23 +48,31 @@ from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
 from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
+from launch import run_dir as rundir
 from launch.build import Training, build_training
-from launch.config import distribute, load_config, placement
+from launch.config import SECTIONS, distribute, load_config, override_keys, placement
+from launch.config_keys import describe_keys
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
+from poprun_py.errors import signal_name
 
 logger = logging.getLogger("launch.train")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m launch.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="poprun-train", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="default", help="a name in launch/configs.yml, or file.yml[:name]")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a config field (repeatable), e.g. --set optim.momentum=0.9")
     p.add_argument("--resume", default=None, metavar="auto|none|PATH",
-                   help="auto: newest checkpoint in run.run_dir (default when restarted by poprun_py)")
+                   help="auto: continue the run in run.run_dir from its newest checkpoint (default when "
+                        "restarted by poprun_py); PATH: from that checkpoint")
     p.add_argument("--list-configs", action="store_true", help="print the configuration names and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved configuration as YAML and exit")
+    p.add_argument("--list-keys", action="store_true",
+                   help="print every configuration key with its type, its default and its value in --config; exit")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -74,17 +87,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     dist = popdist.init()
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
+    STOP.install((signal.SIGINT,))
+    t = None
     try:
-        cfg = distribute(load_config(args.config, args.overrides), dist)
+        cfg = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides))
+        if args.print_config or args.list_keys:
+            return _print_config(cfg, args.list_keys, dist.instance_index == 0)
         comm = popdist.get_comm()
+        how = args.resume or ("auto" if dist.restart_count > 0 else "none")
+        decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how=how,
+                                  launcher_run_id=dist.run_id, restart=dist.restart_count > 0 and args.resume is None)
+        cfg = replace(cfg, run=replace(cfg.run, run_dir=decision.run_dir))
         t = build_training(cfg, comm, placement(cfg, dist))
-        resumed = _resume(t, comm, args.resume or ("auto" if dist.restart_count > 0 else "none"))
-        _log_start(t)
+        t.run_id = decision.run_id
+        resumed = _resume(t, decision)
+        if t.lead:
+            rundir.record_identity(decision, cfg.to_dict(), t.engine.params, launcher_run_id=dist.run_id,
+                                   command=[os.path.basename(sys.argv[0]), *sys.argv[1:]])
+        _log_start(t, decision)
         return run(t, resumed, STOP, comm)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)
         return 2 if isinstance(err, (ValueError, DatasetError)) else 1
+    except KeyboardInterrupt:
+        logger.warning("%s", _interrupted_line(t))
+        return EXIT_INTERRUPTED
+
+
+def _interrupted_line(t: Training | None) -> str:
+    """What a second Ctrl-C leaves behind, in one line."""
+    if t is None:
+        return "Interrupted (SIGINT) before training began: nothing was written."
+    latest = ckpt.find_latest(t.cfg.run.run_dir, run_id=t.run_id)
+    kept = (f"the newest checkpoint is {latest} (update {ckpt.step_of(latest)}); continue with --resume auto"
+            if latest else "this run has no checkpoint")
+    return f"Interrupted (SIGINT) at update {t.engine.step} of {t.total_steps} without a checkpoint: {kept}."
+
+
+def _print_config(cfg, keys: bool, lead: bool) -> int:
+    if lead:
+        import yaml
+
+        print(describe_keys(SECTIONS, cfg.to_dict()) if keys else
+              yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None).rstrip())
+    return 0
 
 
 def _setup_logging(verbose: int, index: int, count: int) -> None:
@@ -92,28 +139,24 @@ def _setup_logging(verbose: int, index: int, count: int) -> None:
     logging.basicConfig(level=level, format=f"[{index}/{count}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
-def _resume(t: Training, comm, how: str) -> bool:
-    """Load the checkpoint ``how`` names (``auto``: instance 0 picks the newest, all read it)."""
-    if how == "none":
+def _resume(t: Training, decision: rundir.Decision) -> bool:
+    """Load the checkpoint the run-directory decision names, after checking its weights fit the model."""
+    if decision.checkpoint is None:
+        if not decision.fresh_dir:
+            logger.info("No checkpoint of run %s in %s: starting it from scratch.", t.run_id,
+                        ckpt.checkpoint_dir(t.cfg.run.run_dir))
         return False
-    path = Path(how)
-    if how == "auto":
-        latest = ckpt.find_latest(t.cfg.run.run_dir)
-        step = np.array([ckpt.step_of(latest) if latest else -1], np.int64)
-        comm.broadcast(step, root=0)
-        if step[0] < 0:
-            logger.info("No checkpoint in %s: starting from scratch.", ckpt.checkpoint_dir(t.cfg.run.run_dir))
-            return False
-        path = ckpt.checkpoint_path(t.cfg.run.run_dir, int(step[0]))
-    arrays, meta = ckpt.load_checkpoint(path)
+    arrays, meta = ckpt.load_checkpoint(decision.checkpoint)
+    rundir.check_weights(decision.checkpoint, arrays, t.engine.params)
     ckpt.restore_state(t, arrays, meta)
-    logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch.", path, t.engine.step,
-                *t.loader.position)
+    logger.info("Resumed run %s from %s: update %d, epoch %d, batch %d of the epoch.", t.run_id, decision.checkpoint,
+                t.engine.step, *t.loader.position)
     return True
 
 
-def _log_start(t: Training) -> None:
+def _log_start(t: Training, decision: rundir.Decision) -> None:
     cfg, spec = t.cfg, t.loader.spec
+    logger.info("%s run %s in %s.", "New" if decision.checkpoint is None else "Continuing", t.run_id, cfg.run.run_dir)
     logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
                 "accumulation %d -> global batch %d; %d updates (%d per epoch, %d per host call); optimizer %s; "
                 "run dir %s.",
@@ -126,6 +169,12 @@ def _log_start(t: Training) -> None:
 def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
     """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
     lead = t.lead
+    if resumed and t.engine.step >= t.total_steps:
+        if lead:
+            logger.warning("Run %s in %s has done its %d updates already (summary.json holds its result); to train "
+                           "on, raise run.epochs or run.max_steps with --resume auto.", t.run_id, t.cfg.run.run_dir,
+                           t.total_steps)
+        return 0
     log = MetricsLog(t.cfg.run.run_dir, resume_step=t.engine.step, tensorboard=t.cfg.run.tensorboard,
                      tensorboard_every=t.cfg.run.tensorboard_every) if lead else None
     bar = _progress_bar(t, lead)
@@ -271,9 +320,16 @@ def _save(t: Training, log: MetricsLog | None) -> None:
 
 
 def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
-    """Every instance agreed to stop before this update: checkpoint (collective) and leave."""
+    """Every instance agreed to stop before this update: checkpoint (collective) and leave.
+    SIGUSR1 (a planned stop) exits 0, SIGINT (Ctrl-C) 130."""
     bar.close()
     step = t.engine.step
+    code = EXIT_INTERRUPTED if signum == signal.SIGINT else 0
+    if step == 0:  # nothing trained: a checkpoint would hold the initial weights only
+        if t.lead:
+            logger.warning("%s: stopped before the first update of %d; no checkpoint written (none needed).",
+                           signal_name(signum), t.total_steps)
+        return code
     _save(t, log)
     if t.lead:
         logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
@@ -281,7 +337,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     if log is not None:
         log.write({"event": "stopped", "step": step, "signal": signal_name(signum)})
         log.close()
-    return 0
+    return code
 
 
 def _maybe_kill(t: Training, resumed: bool) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
-from launch.config import TrainConfig, distribute, from_dict, load_config, placement
+from launch.config import TrainConfig, distribute, from_dict, load_config, override_keys, placement
 from poprun_py.env import DistInfo
 from poprun_py.topology import InstanceInfo, single_instance
 
@@ -43,8 +44,12 @@ def test_overrides_win_and_are_parsed_as_yaml():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("optim.momentumm=0.9", r"optim\.momentumm: unknown key; valid keys are name, momentum, weight_decay"),
-    ("optimiser.momentum=0.9", r"unknown section 'optimiser'; sections are data, model, optim"),
+    ("optim.momentumm=0.9", r"optim\.momentumm: unknown key; did you mean optim\.momentum\?; valid keys of optim are "
+                            r"name, momentum, weight_decay"),
+    ("optim.lr=0.1", r"optim\.lr: unknown key; did you mean schedule\.base_lr( |\?)"),
+    ("optim.epochs=3", r"did you mean run\.epochs"),
+    ("optimiser.momentum=0.9", r"unknown section 'optimiser'; did you mean optim\.momentum\?; sections are data, "
+                               r"model, optim"),
     ("momentum=0.9", r"write section\.field=value"),
     ("optim.momentum=fast", r"optim\.momentum='fast' is not a number"),  # issue 11: in words
     ("optim.momentum=1.5", r"optim\.momentum=1\.5 must be in \[0\.0, 1\.0\)"),
@@ -62,7 +67,7 @@ def test_unknown_names_and_sections_in_files_are_rejected(tmp_path):
     path.write_text("mine:\n  run: {epochs: 2}\n  trainer: {x: 1}\n")
     with pytest.raises(ValueError, match="unknown section 'trainer'"):
         load_config(f"{path}:mine")
-    with pytest.raises(ValueError, match=r"run\.epoch: unknown key; valid keys are epochs"):
+    with pytest.raises(ValueError, match=r"run\.epoch: unknown key; did you mean run\.epochs\?; valid keys of run are epochs"):
         from_dict({"run": {"epoch": 2}})
 
 
@@ -85,10 +90,38 @@ def test_distribute_accepts_the_launchers_matching_topology():
     assert distribute(cfg, DistInfo(is_set=False)) == cfg
 
 
-def test_distribute_refuses_a_different_replica_count_and_says_how_to_fix():
-    with pytest.raises(ValueError, match=r"launcher runs 8 replicas but the config has data\.replicas=4.*"
-                                         r"--set data\.replicas=8.*--num-replicas 4"):
-        distribute(load_config("default"), dist(2, 8))
+def test_the_launchers_replica_count_wins_unless_given_on_the_command_line(caplog):
+    cfg = distribute(load_config("default"), dist(2, 8))
+    assert cfg.data.replicas == 8 and cfg.global_batch == 128
+    assert "data.replicas=4 gives way: global batch 128 instead of 64" in caplog.text
+    pinned = load_config("default", ["data.replicas=4"])
+    with pytest.raises(ValueError, match=r"launcher runs 8 replicas but --set data\.replicas=4 asks for 4; launch "
+                                         r"with --num-replicas 4 or leave data\.replicas out"):
+        distribute(pinned, dist(2, 8), override_keys(["data.replicas=4"]))
+    assert distribute(pinned, dist(2, 4), override_keys(["data.replicas=4"])) == pinned
+
+
+def test_one_of_two_ways_to_say_a_value_replaces_the_other_from_the_file():
+    assert load_config("default").schedule.warmup_epochs == 1
+    steps = load_config("default", ["schedule.warmup_steps=5"]).schedule
+    assert (steps.warmup_steps, steps.warmup_epochs) == (5, 0.0)
+    with pytest.raises(ValueError, match="warmup_steps or schedule.warmup_epochs, not both"):
+        load_config("default", ["schedule.warmup_steps=5", "schedule.warmup_epochs=2"])
+    pod = load_config("g16-b4-pod16", ["schedule.base_lr=0.1"]).schedule
+    assert (pod.base_lr, pod.lr_exponent) == (0.1, None)
+    assert load_config("g16-b4-pod16").schedule.lr_exponent == -9.5
+
+
+def test_list_keys_names_every_key_with_type_default_and_the_configs_value():
+    from launch.config import SECTIONS
+    from launch.config_keys import all_keys, describe_keys
+
+    text = describe_keys(SECTIONS, load_config("default").to_dict())
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(all_keys(SECTIONS))
+    assert re.search(r"^data\.replicas +int +1 +4$", text, re.M)
+    assert re.search(r"^schedule\.warmup_steps +int \| null +null$", text, re.M)
+    assert re.search(r"^model\.options +mapping +\{\} +\{'drop_connect'", text, re.M)
     with pytest.raises(ValueError, match=r"--ipus-per-replica 2"):
         distribute(load_config("g16-b4-pod16"), dist(8, 8, ipus=1))
 
