@@ -325,7 +325,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     bar.close()
     step = t.engine.step
     code = EXIT_INTERRUPTED if signum == signal.SIGINT else 0
-    if step == 0:  # nothing trained: a checkpoint would hold the initial weights only
+    if step == 0 and signum == signal.SIGINT:  # nothing trained: Ctrl-C leaves no checkpoint of initial weights
         if t.lead:
             logger.warning("%s: stopped before the first update of %d; no checkpoint written (none needed).",
                            signal_name(signum), t.total_steps)
