@@ -87,12 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     dist = popdist.init()
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
-    STOP.install((signal.SIGINT,))
     t = None
     try:
         cfg = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides))
         if args.print_config or args.list_keys:
             return _print_config(cfg, args.list_keys, dist.instance_index == 0)
+        STOP.install((signal.SIGINT,))
         comm = popdist.get_comm()
         how = args.resume or ("auto" if dist.restart_count > 0 else "none")
         decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how=how,
@@ -149,8 +149,8 @@ def _resume(t: Training, decision: rundir.Decision) -> bool:
     arrays, meta = ckpt.load_checkpoint(decision.checkpoint)
     rundir.check_weights(decision.checkpoint, arrays, t.engine.params)
     ckpt.restore_state(t, arrays, meta)
-    logger.info("Resumed run %s from %s: update %d, epoch %d, batch %d of the epoch.", t.run_id, decision.checkpoint,
-                t.engine.step, *t.loader.position)
+    logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch (run %s).", decision.checkpoint,
+                t.engine.step, *t.loader.position, t.run_id)
     return True
 
 

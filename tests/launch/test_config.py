@@ -189,3 +189,15 @@ def test_an_unknown_preset_names_the_known_ones(tmp_path):
 def test_a_wrong_type_says_what_the_field_takes_in_words(override, words):
     with pytest.raises(ValueError, match=words):
         load_config("default", [override])
+
+
+def test_print_config_is_the_resolved_config_as_yaml_and_list_keys_every_key(capsys):
+    import yaml
+
+    from launch.train import main
+
+    assert main(["--config", "dense", "--set", "optim.momentum=0.5", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == load_config("dense", ["optim.momentum=0.5"]).to_dict()
+    assert main(["--config", "dense", "--list-keys"]) == 0
+    assert re.search(r"^optim\.momentum +float +0\.9$", capsys.readouterr().out, re.M)

@@ -62,7 +62,8 @@ def test_a_second_run_into_a_used_folder_refuses_and_leaves_it_as_it_was(tmp_pat
         in resumed.stderr
     # the same run, longer: its own checkpoint, and a summary with numbers
     longer = ok(train([*DENSE, "--set", "run.max_steps=40", "--set", "run.run_dir=mix", "--resume", "auto"], tmp_path))
-    assert f"Resumed run {run_id} from mix/checkpoints/ckpt-00000020.h5: update 20" in longer
+    assert f"Resumed from mix/checkpoints/ckpt-00000020.h5: update 20, epoch 0, batch 20 of the epoch (run {run_id})" \
+        in longer
     assert summary(tmp_path / "mix")["updates_this_run"] == 20 and summary(tmp_path / "mix")["updates"] == 40
     done = ok(train([*DENSE, "--set", "run.max_steps=40", "--set", "run.run_dir=mix", "--resume", "auto"], tmp_path))
     assert f"Run {run_id} in mix has done its 40 updates already" in done and "val_accuracy" not in done

@@ -134,7 +134,7 @@ def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp
     assert ckpt.find_latest(tmp_path).name == "ckpt-00000045.h5"
     resumed = train([*DENSE, "--set", "run.kill_at_step=45", "--resume", "auto"], tmp_path)
     ok(resumed)
-    assert "Resumed run" in resumed.stderr
+    assert "Resumed from" in resumed.stderr
     want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
     assert set(got) == set(want) and any(k.startswith("ema/") for k in got) and any(k.startswith("optim/") for k in got)
     for key in want:
