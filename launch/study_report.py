@@ -291,7 +291,7 @@ def write_docs(studies: list[Study], folders: list[Path], path: Path, command: s
     for study, out in zip(studies, folders):
         rows = read_rows(out)
         if not rows:
-            raise ValueError(f"study {study.name!r} has no results in {out}: run python -m launch.study {study.name}")
+            raise ValueError(f"study {study.name!r} has no results in {out}: run poprun-study {study.name}")
         write_report(study, out, rows)
         target = path.parent / path.stem / study.name
         shutil.rmtree(target, ignore_errors=True)  # pictures of an earlier version of the grid go
