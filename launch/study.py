@@ -35,7 +35,7 @@ import poprun_py as popdist
 from launch import study_meta, study_report
 from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
                                make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
-from launch.study_meta import RESULTS, read_rows
+from launch.study_meta import RESULTS, portable, read_rows
 from launch.study_point import run_point
 from launch.study_surface import make_trajectories
 from launch.trajectory import SNAPSHOTS_FILE
@@ -197,7 +197,7 @@ class StudyRun:
                          "phase": point.phase, "status": "failed", "error": f"not run: {why}"})
 
     def record(self, row: dict) -> dict:
-        row = share(self.comm, row, self.lead)
+        row = portable(share(self.comm, row, self.lead))
         self.rows[row["id"]] = row
         if self.lead:
             self.out.mkdir(parents=True, exist_ok=True)

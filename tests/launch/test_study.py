@@ -1,4 +1,4 @@
-"""``python -m launch.study`` end to end on the quick variants: every file and picture is made, the
+"""``poprun-study`` end to end on the quick variants: every file and picture is made, the
 tables hold the runs' numbers, finished points are skipped, a killed study continues, a failing point
 is recorded, and a study under ``poprun_py`` (2 instances) gives the single-process numbers."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from launch.study import main
 from launch.study_grid import count_points, load_study
-from launch.study_meta import RESULTS, read_rows
+from launch.study_meta import RESULTS, portable, read_rows
 from launch.trajectory import load_surface
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +58,16 @@ def test_quick_study_makes_every_file(quick1):
     row = rows[0]
     assert row["curve"][-1]["val_accuracy"] == row["final_val_accuracy"]
     assert row["pod"] == "POD16" and row["pod_step_s"] > 0 and row["cpu_s"] > 0
+
+
+def test_rows_hold_no_absolute_path_of_the_machine(quick1):
+    text = (quick1 / RESULTS).read_text()
+    assert json.loads(text.splitlines()[0])["config"]["data"]["path"] == "data/fashion-mnist-subset.h5"
+    assert str(ROOT) not in text and str(Path.home()) + os.sep not in text
+    assert portable({"a": [f"{ROOT}/launch/x.py", f"{Path.home()}/.cache/f.h5", "/data/imagenet.h5"]}) == {
+        "a": ["launch/x.py", "~/.cache/f.h5", "/data/imagenet.h5"]}
+    for shipped in (ROOT / "docs" / "studies").glob("*/results.jsonl"):
+        assert not any(s in shipped.read_text() for s in ("/work/", "/home/", "/tmp/", "/root/")), shipped
 
 
 def test_tables_hold_the_runs_numbers(quick1):
