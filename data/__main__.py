@@ -1,11 +1,15 @@
-"""``python -m data``: convert datasets to the HDF5 layout, inspect and verify them.
+"""``poprun-data``: convert datasets to the HDF5 layout, inspect and verify them.
 
-    python -m data convert idx DIR OUT.h5 [--preset fashion-mnist|mnist | --class-names a,b,...] [--train-limit N]
-    python -m data convert images DIR OUT.h5 --size 64 [--val-fraction 0.1] [--workers N]
-    python -m data convert synthetic OUT.h5 --train N --val N --height H --width W --channels C --classes K
-    python -m data info FILE.h5          # the layout summary of both splits
-    python -m data check FILE.h5         # read every chunk (checksums), exit 1 on the first problem
-    python -m data fashion-mnist         # print the default dataset path (full set if installed)
+    poprun-data convert idx DIR OUT.h5 [--preset fashion-mnist|mnist | --class-names a,b,...] [--train-limit N]
+    poprun-data convert images DIR OUT.h5 --size 64 [--val-fraction 0.1] [--workers N]
+    poprun-data convert synthetic OUT.h5 --train N --val N --height H --width W --channels C --classes K
+    poprun-data info FILE.h5              # the layout summary of both splits
+    poprun-data check FILE.h5             # read every chunk (checksums), exit 1 on the first problem
+    poprun-data fashion-mnist             # print the default dataset path (full set if installed)
+
+A relative FILE that is not in the working directory is looked up in the installed distribution, as
+training does, so ``poprun-data info data/fashion-mnist-subset.h5`` works from any directory.
+The same as ``python -m data``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 from data import convert
 from data.dataset import verify_dataset
 from data.layout import COMPRESSIONS, DatasetError
-from data.sources import fashion_mnist_path
+from data.sources import dataset_path, fashion_mnist_path
 from data.synthetic import SyntheticSpec
 
 PRESETS = {
@@ -27,7 +31,7 @@ PRESETS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m data", description=__doc__,
+    parser = argparse.ArgumentParser(prog="poprun-data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     kinds = commands.add_parser("convert", help="write a dataset file").add_subparsers(dest="kind", required=True)
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 _run_convert(args, bar)
             print(args.out)
         elif args.command in ("info", "check"):
-            _print_info(args.file, args.command == "check")
+            _print_info(dataset_path(args.file), args.command == "check")
         else:
             print(fashion_mnist_path(full=not args.subset))
     except (DatasetError, ValueError, FileNotFoundError) as err:

@@ -147,7 +147,8 @@ def _image_split_files(root: Path, val_fraction: float) -> tuple[list[str], dict
         (root / n for n in ("val", "validation") if (root / n).is_dir()), None)}
     if split_dirs["train"].is_dir() and split_dirs["validation"] is not None:
         classes = list_classes(split_dirs["train"])
-        return classes, {split: list_images(d, classes) for split, d in split_dirs.items()}
+        return classes, {split: list_images(d, classes, every_class=split == "train")
+                         for split, d in split_dirs.items()}
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1) when {root} has no train/ and val/ folders")
     classes = list_classes(root)

@@ -17,7 +17,7 @@ import numpy as np
 from data.chunkmap import ChunkViews
 from data.layout import IMAGES, LABELS, REQUIRED_ATTRS, SPLITS, DatasetError
 
-_FIX = "rebuild it with `python -m data convert ...` (layout: docs/data.md)"
+_FIX = "rebuild it with `poprun-data convert ...` (layout: docs/data.md)"
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def _fail(path: Path, what: str) -> DatasetError:
 def _open_file(path: Path) -> h5py.File:
     if not path.exists():
         raise DatasetError(
-            f"{path}: file not found. Build one with `python -m data convert idx|images|synthetic ...` "
+            f"{path}: file not found. Build one with `poprun-data convert idx|images|synthetic ...` "
             "or pass the path of an existing dataset file"
         )
     if path.is_dir():

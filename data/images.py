@@ -7,12 +7,15 @@ centre-cropped to ``size x size``.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+logger = logging.getLogger(__name__)
 
 
 def list_classes(root: str | os.PathLike) -> list[str]:
@@ -26,16 +29,27 @@ def list_classes(root: str | os.PathLike) -> list[str]:
     return classes
 
 
-def list_images(root: str | os.PathLike, classes: list[str]) -> tuple[list[Path], np.ndarray]:
-    """Every image file under ``root/<class>/`` in a fixed order, with its class index."""
-    files, labels = [], []
+def list_images(root: str | os.PathLike, classes: list[str], *, every_class: bool = True) -> tuple[list[Path], np.ndarray]:
+    """Every image file under ``root/<class>/`` in a fixed order, with its class index.
+
+    A class with no images is an error when ``every_class`` (the training folder: the model would
+    have a class it never sees), otherwise a warning (a validation folder).
+    """
+    files, labels, empty = [], [], []
     for index, name in enumerate(classes):
         folder = Path(root) / name
         found = sorted(p for p in folder.iterdir() if p.suffix.lower() in EXTENSIONS) if folder.is_dir() else []
         files += found
         labels += [index] * len(found)
+        if not found:
+            empty.append(str(folder))
     if not files:
         raise ValueError(f"{root}: no {'/'.join(EXTENSIONS)} files in the class sub-folders")
+    if empty:
+        what = f"{len(empty)} class folder(s) without {'/'.join(EXTENSIONS)} files: {', '.join(empty)}"
+        if every_class:
+            raise ValueError(f"{what}; add images to them or remove them (each sub-folder is a class)")
+        logger.warning("%s: those classes have no images in this split", what)
     return files, np.asarray(labels, dtype=np.int64)
 
 

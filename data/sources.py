@@ -17,9 +17,19 @@ from data.convert import FASHION_MNIST_CLASSES, FASHION_MNIST_LICENCE, FASHION_M
 
 logger = logging.getLogger(__name__)
 
+INSTALL_ROOT = Path(__file__).resolve().parents[1]  # the folder holding data/, launch/, models/, ...
 SHIPPED_SUBSET = Path(__file__).with_name("fashion-mnist-subset.h5")
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FULL_NAME = "fashion-mnist-full.h5"
+
+
+def dataset_path(path: str | os.PathLike) -> str:
+    """``path`` as given, or, when it is relative and not in the working directory, the same path in
+    the installed distribution (where the shipped ``data/fashion-mnist-subset.h5`` lives), so that
+    the named configs, the infeed and ``poprun-data`` find it from any directory."""
+    given = Path(path)
+    installed = INSTALL_ROOT / given
+    return str(installed if not given.is_absolute() and not given.exists() and installed.exists() else given)
 
 
 def default_cache_dir() -> Path:

@@ -1,9 +1,13 @@
-"""``python -m ipu``: memory fit, predicted POD cost, per-layer profile and validation, no training.
+"""``poprun-ipu``: memory fit, predicted POD cost, per-layer profile and validation, no training.
 
-    python -m ipu predict --preset g16-b4-pod64 [--chip bow] [--json]
-    python -m ipu predict --all --chip mk2 --report-dir out/   # also writes memory and timeline PNGs
-    python -m ipu profile --preset g16-b4-pod256 --chip mk2 --out docs/img   # table + PNG
-    python -m ipu validate                                      # ResNet-50 vs public figures
+    poprun-ipu predict --preset g16-b4-pod64 [--chip bow] [--json]
+    poprun-ipu predict --all --chip mk2 --report-dir out/   # also writes memory and timeline PNGs
+    poprun-ipu profile --preset g16-b4-pod256 --chip mk2 --out docs/img   # table + PNG
+    poprun-ipu validate                                      # ResNet-50 vs public figures
+
+``predict`` exits with status 1 when a plan does not fit in IPU memory (after printing everything,
+the hypothetical prediction included) and names the plans on stderr; 2 is a usage error.
+The same as ``python -m ipu``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +32,7 @@ JSON_SCHEMA = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ipu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="poprun-ipu", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="print the memory fit and predicted cost of a preset")
     which = p.add_mutually_exclusive_group(required=True)
@@ -56,15 +61,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = sorted(PRESETS) if args.all else [args.preset]
     if args.report_dir:
         args.report_dir.mkdir(parents=True, exist_ok=True)
-    out = []
+    out, too_big = [], []
     for name in names:
         plan = _with_chip(get_preset(name), args.chip)
         if args.json:
             out.append(prediction_dict(name, plan, args.epochs))
         else:
             print(describe(name, plan, args.epochs, args.report_dir))
+        if not fit(plan, load_profile(plan)).fits:
+            too_big.append(f"{name} ({plan.chip})")
     if args.json:
         print(json.dumps({"schema": JSON_SCHEMA, "predictions": out}, indent=1))
+    if too_big:
+        print(f"poprun-ipu: {len(too_big)} of {len(names)} plan(s) do not fit in IPU memory: {', '.join(too_big)} "
+              "(the out-of-memory lines above say what to change); exit status 1", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -4,7 +4,7 @@ The second workload is ResNet-50 v1.5 trained with Graphcore's public recipe (``
 presets ``resnet50-*``). Figures were found independently of the model's constants and none
 was used to set one. Graphcore's published EfficientNet throughputs are deliberately absent:
 they are the independent test of the model, and only the 1.8 h time to train
-(``PUBLISHED_HOURS_TO_TRAIN``) is compared, by ``python -m ipu predict``.
+(``PUBLISHED_HOURS_TO_TRAIN``) is compared, by ``poprun-ipu predict``.
 """
 
 from __future__ import annotations

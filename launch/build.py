@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
 from data.loader import BatchSpec, Loader, evaluation_loader
+from data.sources import dataset_path
 from ipu.precision import get_precision
 from ipu.runtime.emulation import HalfRounder, PrecisionEmulation
 from ipu.runtime.engine import Engine
@@ -32,8 +32,6 @@ from models.optim.schedules import Schedule, make_schedule
 from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
-
-INSTALL_ROOT = Path(__file__).resolve().parents[1]  # the folder holding launch/, data/, models/, ...
 
 
 @dataclass
@@ -64,15 +62,6 @@ def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> Ba
     """This instance's share of every global batch: its replicas from the launcher's placement."""
     return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
                      num_instances=placement.num_instances, instance_index=placement.index)
-
-
-def dataset_path(path: str) -> str:
-    """``data.path`` as given, or, when it is relative and not in the working directory, the same path
-    in the installed distribution (where the shipped ``data/fashion-mnist-subset.h5`` lives), so
-    that the named configs run from any directory."""
-    given = Path(path)
-    installed = INSTALL_ROOT / given
-    return str(installed if not given.is_absolute() and not given.exists() and installed.exists() else given)
 
 
 def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, Loader, Loader | None]:

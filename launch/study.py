@@ -1,10 +1,10 @@
-"""Run a batch-size / optimizer study: ``python -m launch.study NAME [--quick] [--out DIR]``.
+"""Run a batch-size / optimizer study: ``poprun-study NAME [--quick] [--out DIR]`` (``python -m launch.study``).
 
-    python -m launch.study sgd-vs-adam                       # the grid of launch/studies.yml
-    python -m launch.study sgd-vs-adam --quick               # a tiny grid, a few updates (the tests)
-    python -m poprun_py --num-instances 2 --num-replicas 2 python -m launch.study sgd-vs-adam
-    python -m launch.study sgd-vs-adam --report              # tables and pictures from the rows so far
-    python -m launch.study sgd-vs-adam lars-large-batch --docs docs/studies.md
+    poprun-study sgd-vs-adam                                 # the grid of launch/studies.yml
+    poprun-study sgd-vs-adam --quick                         # a tiny grid, a few updates (the tests)
+    poprun_py --num-instances 2 --num-replicas 2 poprun-study sgd-vs-adam
+    poprun-study sgd-vs-adam --report                        # tables and pictures from the rows so far
+    poprun-study sgd-vs-adam lars-large-batch --docs docs/studies.md
 
 Every point of the grid is a real training run (``launch.study_point``) written as one JSON row
 to ``DIR/results.jsonl`` (default ``runs/studies/NAME``). Points already there are skipped, so a
@@ -35,7 +35,7 @@ import poprun_py as popdist
 from launch import study_meta, study_report
 from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
                                make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
-from launch.study_meta import RESULTS, read_rows
+from launch.study_meta import RESULTS, portable, read_rows
 from launch.study_point import run_point
 from launch.study_surface import make_trajectories
 from launch.trajectory import SNAPSHOTS_FILE
@@ -44,7 +44,7 @@ logger = logging.getLogger("launch.study")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m launch.study", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="poprun-study", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/studies.yml")
     p.add_argument("--studies", default=str(STUDIES_FILE), metavar="FILE.yml",
                    help="the study definitions (default launch/studies.yml)")
@@ -111,7 +111,7 @@ def default_out(study: Study) -> Path:
 
 def _command_line(argv: Sequence[str] | None) -> str:
     args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join(["python -m launch.study", *args])
+    return " ".join(["poprun-study", *args])
 
 
 def _setup_logging(verbose: int, index: int, count: int) -> None:
@@ -197,7 +197,7 @@ class StudyRun:
                          "phase": point.phase, "status": "failed", "error": f"not run: {why}"})
 
     def record(self, row: dict) -> dict:
-        row = share(self.comm, row, self.lead)
+        row = portable(share(self.comm, row, self.lead))
         self.rows[row["id"]] = row
         if self.lead:
             self.out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,27 @@ def resolve_data(study: Study) -> str:
     return load_config(study.base).data.path
 
 
+def portable(value):
+    """``value`` (a result row, recursively) with no absolute path of this machine: paths inside the
+    installed distribution become relative to it, paths in the home directory start with ``~``."""
+    from data.sources import INSTALL_ROOT
+
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(f"{INSTALL_ROOT}{os.sep}", "").replace(f"{Path.home()}{os.sep}", f"~{os.sep}")
+    return value
+
+
+def local_path(path: str) -> str:
+    """A dataset path of a row (see :func:`portable`) as a path on this machine."""
+    from data.sources import dataset_path
+
+    return dataset_path(os.path.expanduser(path))
+
+
 def data_description(path: str) -> dict:
     from data.dataset import open_dataset
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from launch import study_plots
 from launch.study_grid import Group, Study, choose_lr, groups, scaling_source, sweep_candidates
-from launch.study_meta import META, RESULTS, data_description, read_meta, read_rows
+from launch.study_meta import META, RESULTS, data_description, local_path, portable, read_meta, read_rows
 from launch.study_point import to_target
 from launch.study_surface import PICTURE, redraw
 
@@ -237,7 +237,7 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
 
 
 def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int) -> list[str]:
-    path = next((r["config"]["data"]["path"] for r in rows if r.get("config")), "")
+    path = next((local_path(r["config"]["data"]["path"]) for r in rows if r.get("config")), "")
     data = data_description(path) if path and Path(path).exists() else {}
     sessions = meta.get("sessions", [])
     lines = [f"- Runs: {ok} finished, {len(rows) - ok} failed; grid: {len(study.variants)} variant(s), arms "
@@ -291,7 +291,7 @@ def write_docs(studies: list[Study], folders: list[Path], path: Path, command: s
     for study, out in zip(studies, folders):
         rows = read_rows(out)
         if not rows:
-            raise ValueError(f"study {study.name!r} has no results in {out}: run python -m launch.study {study.name}")
+            raise ValueError(f"study {study.name!r} has no results in {out}: run poprun-study {study.name}")
         write_report(study, out, rows)
         target = path.parent / path.stem / study.name
         shutil.rmtree(target, ignore_errors=True)  # pictures of an earlier version of the grid go
@@ -314,9 +314,6 @@ __all__ = ["Summary", "report_markdown", "summarise", "write_docs", "write_repor
 
 
 def _shown_path(path: str) -> str:
-    """A dataset path as the docs show it: relative to the repository when it lies inside it."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return str(path)
+    """A dataset path as the docs show it: relative to the repository when it lies inside it, with
+    ``~`` for the home directory (no absolute path of the machine that ran the study)."""
+    return portable(str(Path(path).resolve()))

@@ -28,6 +28,7 @@ import numpy as np
 
 from data.dataset import Dataset, open_dataset
 from data.loader import BatchSpec, Loader
+from data.sources import dataset_path
 from ipu.runtime.engine import StepMetrics
 from ipu.runtime.program import Program, ProgramConfig, compile_program
 from ipu.runtime.stages import StageLike
@@ -38,7 +39,9 @@ OUTFEED_FIELDS = ("step", "loss", "accuracy", "lr", "samples")
 class IPUInfeedQueue:
     """The host side of every replica's infeed: a dataset split, shuffled per epoch, in micro-batches.
 
-    ``dataset``: an open ``data.dataset.Dataset`` or the path of a dataset file (its ``split``).
+    ``dataset``: an open ``data.dataset.Dataset`` or the path of a dataset file (its ``split``); a
+    relative path not found in the working directory is looked up in the installed distribution, as
+    training does (``data.sources.dataset_path``), so ``"data/fashion-mnist-subset.h5"`` works anywhere.
     Batches are a pure function of ``(seed, epoch, step)``: a run is reproducible and the same on
     any split of the replicas over instances. The program that takes the queue binds it to its
     replicas and gradient accumulation count (:meth:`bind`).
@@ -49,7 +52,7 @@ class IPUInfeedQueue:
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"IPUInfeedQueue: batch_size (samples per micro-batch per replica) must be an "
                              f"integer >= 1, got {batch_size!r}")
-        self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset, split)
+        self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset_path(dataset), split)
         self.batch_size = int(batch_size)
         self.shuffle, self.augment, self.prefetch = shuffle, augment, prefetch
         self.loader: Loader | None = None

@@ -1,21 +1,22 @@
 """Dense layers on MNIST-style 28x28 images, one simulated IPU, infeed, outfeed, several steps per host call.
 
-    python launch/examples/mnist_dense.py
-    poprun_py --num-replicas 2 python launch/examples/mnist_dense.py      # two data-parallel replicas
+    python -m launch.examples.mnist_dense
+    poprun_py --num-replicas 2 python -m launch.examples.mnist_dense      # two data-parallel replicas
 
 It trains on the bundled Fashion-MNIST subset (MNIST's format, clothing instead of digits); give
-``--data`` a file made with ``python -m data convert idx`` to train on the MNIST digits.
+``--data`` a file made with ``poprun-data convert idx`` to train on the MNIST digits.
 """
 
 import argparse
 from pathlib import Path
 
 import poprun_py as popdist
+from data.sources import SHIPPED_SUBSET
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
 from ipu.runtime.pipelining import Optimizer, OptimizerFunctionOutput
 from ipu.runtime.stages import cross_entropy, dense, flatten
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist-subset.h5"
+DATA = SHIPPED_SUBSET
 
 
 def model(images):

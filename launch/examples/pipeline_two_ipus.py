@@ -1,7 +1,7 @@
 """A two-stage model pipelined over 2 simulated IPUs per replica, trained on the bundled Fashion-MNIST subset.
 
-    poprun_py --num-replicas 2 --ipus-per-replica 2 python launch/examples/pipeline_two_ipus.py
-    python launch/examples/pipeline_two_ipus.py --timeline-png timeline.png   # alone: one replica
+    poprun_py --num-replicas 2 --ipus-per-replica 2 python -m launch.examples.pipeline_two_ipus
+    python -m launch.examples.pipeline_two_ipus --timeline-png timeline.png   # alone: one replica
 
 It prints the memory fit per IPU, the pipeline's timeline per IPU, the loss per host call and the
 validation accuracy.
@@ -11,12 +11,13 @@ import argparse
 from pathlib import Path
 
 import poprun_py as popdist
+from data.sources import SHIPPED_SUBSET
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue
 from ipu.runtime.pipelining import Optimizer, OptimizerFunctionOutput, PipelineSchedule, pipeline
 from ipu.runtime.stages import cross_entropy, dense, dropout, flatten
 from models.optim import OptimConfig
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist-subset.h5"
+DATA = SHIPPED_SUBSET
 
 
 def stage1(images):                      # on IPU 0

@@ -121,6 +121,33 @@ def test_convert_image_folder_reports_a_bad_image(tmp_path):
     assert not (tmp_path / "i.h5").exists()
 
 
+def test_convert_image_folder_refuses_an_empty_class_folder(tmp_path, capsys):
+    from PIL import Image
+
+    for name in ("cat", "dog"):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+    for i in range(4):
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(tmp_path / "imgs" / "cat" / f"{i}.png")
+    args = ["convert", "images", str(tmp_path / "imgs"), str(tmp_path / "i.h5"), "--size", "8", "--val-fraction", "0.5",
+            "--workers", "1"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"class folder(s) without .jpg/.jpeg/.png files: {tmp_path / 'imgs' / 'dog'};" in err
+    assert "add images to them or remove them" in err and "cat" not in err.split("files:")[1]
+    assert not (tmp_path / "i.h5").exists()
+    (tmp_path / "imgs" / "dog").rmdir()
+    assert main(args) == 0 and open_dataset(tmp_path / "i.h5", "train").info.class_names == ("cat",)
+
+
+def test_cli_info_finds_the_shipped_subset_from_any_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["info", "data/fashion-mnist-subset.h5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(str(SHIPPED_SUBSET)) and "train: 10000 x (28, 28, 1)" in out
+    assert main(["info", "data/absent.h5"]) == 1
+    assert "data/absent.h5: file not found" in capsys.readouterr().err
+
+
 def test_cli_convert_info_check_and_errors(tmp_path, capsys):
     out = tmp_path / "cli.h5"
     assert main(["convert", "synthetic", str(out), "--train", "20", "--val", "5", "--height", "4",

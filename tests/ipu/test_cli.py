@@ -51,11 +51,16 @@ def test_module_entry_point_help():
     assert done.returncode == 0 and "--preset" in done.stdout
 
 
-def test_a_plan_that_does_not_fit_says_so(synthetic_profiles, capsys):
-    assert cli.main(["predict", "--preset", "g16-b4-pod16", "--chip", "mk1"]) == 0
-    out = capsys.readouterr().out
+def test_a_plan_that_does_not_fit_says_so_and_exits_1(synthetic_profiles, capsys):
+    assert cli.main(["predict", "--preset", "g16-b4-pod16", "--chip", "mk1"]) == 1
+    out, err = capsys.readouterr()
     assert "Out of memory on tile" in out and "of IPU 0" in out and "of IPU 1" in out
     assert "(hypothetical: the program does not fit)" in out
+    assert "1 of 1 plan(s) do not fit in IPU memory: g16-b4-pod16 (mk1)" in err
+    assert cli.main(["predict", "--preset", "g16-b4-pod16", "--chip", "mk1", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["predictions"][0]["memory"]["fits"] is False and "g16-b4-pod16 (mk1)" in err
+    assert cli.main(["predict", "--preset", "g16-b4-pod16", "--chip", "mk2"]) == 0
 
 
 PREDICTION_KEYS = {

@@ -31,7 +31,7 @@ def losses(stdout: str) -> list[float]:
 @pytest.mark.slow
 def test_pipeline_example_on_two_replicas_of_two_ipus(tmp_path):
     png = tmp_path / "timeline.png"
-    out = poprun("--num-replicas", "2", "--ipus-per-replica", "2", "python", "launch/examples/pipeline_two_ipus.py",
+    out = poprun("--num-replicas", "2", "--ipus-per-replica", "2", "python", "-m", "launch.examples.pipeline_two_ipus",
                  *SHORT, "--timeline-png", str(png)).stdout
     assert "[0] IPU1: FWD.1 FWD.2 FWD.3 FWD.4 RECOMP.1 BWD.1 FWD.5" in out
     assert "[0] IPU2: FWD.1 FWD.2 BWD.1 FWD.3 BWD.2" in out
@@ -43,7 +43,7 @@ def test_pipeline_example_on_two_replicas_of_two_ipus(tmp_path):
 
 @pytest.mark.slow
 def test_mnist_dense_example_on_one_ipu():
-    out = poprun("python", "launch/examples/mnist_dense.py", *SHORT).stdout
+    out = poprun("python", "-m", "launch.examples.mnist_dense", *SHORT).stdout
     first, second = losses(out)
     assert second < first  # 4 updates at learning rate 0.05 from random weights
     assert "validation: loss" in out
