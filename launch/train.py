@@ -52,13 +52,13 @@ from launch import run_dir as rundir
 from launch.build import Training, build_training
 from launch.config import SECTIONS, distribute, load_config, override_keys, placement
 from launch.config_keys import describe_keys
+from launch.entry import EXIT_INTERRUPTED
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
 from poprun_py.errors import signal_name
 
 logger = logging.getLogger("launch.train")
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
