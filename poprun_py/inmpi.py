@@ -5,6 +5,10 @@ it sets the PopDist contract in its own environment and runs the program, a Pyth
 (``train.py``, ``python train.py``, ``python -m pkg.mod``) in this same interpreter (with the bootstrap's failure hooks, which call MPI_Abort so that the MPI
 launcher stops every rank), anything else by ``exec``. With ``--hang-timeout`` a Python program
 runs under a watchdog thread that aborts the job through MPI when the rank stalls (watchdog.py).
+
+Each rank forks a watcher of MPI's shared-memory files first (``poprun_py.shm.start_watcher``):
+a rank that is killed or aborted never reaches ``MPI_Finalize``, which is where MPICH removes
+its ``/dev/shm/mpich_shm_*`` file, so the watcher removes it when the rank ends abnormally.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from poprun_py import env as envc
 from poprun_py.bootstrap import run, wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import RankInfo
+from poprun_py.shm import start_watcher
 from poprun_py.topology import assign_instances
 from poprun_py.watchdog import start_watchdog
 
@@ -35,7 +40,10 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
     logger.info("instance %d of %d (%s ranks), replicas %s", index, config.num_instances,
                 rank.source if rank else "no MPI", list(info.replicas))
     program = wrap_python(list(config.program))
-    if "poprun_py.bootstrap" in program:  # a Python program for this interpreter: run it right here
+    in_process = "poprun_py.bootstrap" in program
+    if rank is not None and rank.size > 1:
+        start_watcher(survive_exec=not in_process)
+    if in_process:  # a Python program for this interpreter: run it right here
         if config.hang_timeout:
             start_watchdog(config.hang_timeout, index, config.num_instances, info.host)
         target = program[program.index("poprun_py.bootstrap") + 1 :]
