@@ -136,6 +136,8 @@ class Agent:
         env[envc.ERROR_FILE] = error_file
         env[envc.UNDER_AGENT] = "1"
         env[envc.JOB_TOKEN] = self._token
+        # `import popdist`: poprun_py's folder on the path, where POPRUN_POPDIST says (env.with_popdist)
+        env["PYTHONPATH"] = envc.python_path_with_popdist(env.get("PYTHONPATH"), envc.popdist_choice(env))
         return env
 
     def _place(self) -> list[int]:

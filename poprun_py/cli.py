@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     in_mpi = args.mode == "instance" or (
         args.mode == "auto" and rank is not None and (rank.size > 1 or (args.num_instances or 1) == 1))
     try:
+        _check_popdist_choice(environ)
         if in_mpi:
             from poprun_py.inmpi import run_as_instance
 
@@ -207,6 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"poprun_py: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _check_popdist_choice(environ: dict[str, str]) -> None:
+    """``POPRUN_POPDIST`` (what ``import popdist`` gives the program) is read by the instances; a bad
+    value stops the job here, before anything starts."""
+    try:
+        envc.popdist_choice(environ)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def launch(config: LaunchConfig) -> int:

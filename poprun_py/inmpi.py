@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import os
 import socket
+import sys
 import time
 
 from poprun_py import env as envc
@@ -37,6 +38,7 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
     )
     run_id = environ.get(envc.RUN_ID) or f"mpi-{time.strftime('%Y%m%d-%H%M%S')}"
     os.environ.update(envc.instance_env(info, run_id=run_id, executable_cache_path=config.executable_cache_path))
+    _offer_popdist(envc.popdist_choice(os.environ))
     logger.info("instance %d of %d (%s ranks), replicas %s", index, config.num_instances,
                 rank.source if rank else "no MPI", list(info.replicas))
     program = wrap_python(list(config.program))
@@ -57,6 +59,14 @@ def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[s
         logger.warning("--hang-timeout watches Python programs only in in-MPI mode; %s runs unwatched", program[0])
     os.execvp(program[0], program)
     return 127  # not reached
+
+
+def _offer_popdist(choice: str) -> None:
+    """Make ``import popdist`` work in the program (poprun_py/_popdist_shim/popdist): on ``sys.path``
+    for a Python program run here (last, after site-packages, unless ``ours``), and on
+    ``PYTHONPATH`` for anything it starts or ``exec``s."""
+    os.environ["PYTHONPATH"] = envc.python_path_with_popdist(os.environ.get("PYTHONPATH"), choice)
+    sys.path[:] = envc.with_popdist(sys.path, choice)
 
 
 def _release_logging() -> None:
