@@ -220,6 +220,8 @@ def test_the_tracker_scans_early_then_backs_off_and_after_progress():
     assert not t.due(last + SCAN_EVERY_S - 1) and t.due(last + SCAN_EVERY_S)
     t.poke()
     assert not t.due(last + 1) and t.due(last + 5)
+    t.segments.add("/dev/shm/mpich_shm_found_0")
+    assert not t.due(last + 5)  # once one is known, progress reports cause no more scans
 
 
 def test_the_tracker_records_and_removes_what_the_processes_map(fake_segment):
