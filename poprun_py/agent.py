@@ -31,6 +31,7 @@ from poprun_py import env as envc
 from poprun_py import wire
 from poprun_py.bootstrap import wrap_python
 from poprun_py.config import LaunchConfig
+from poprun_py.errors import plural
 from poprun_py.lines import FRAME, LINE, LineSplitter
 from poprun_py.oom import oom_kill_count, was_oom_kill
 from poprun_py.placement import numa_nodes, spread_cpus, thread_env
@@ -42,7 +43,9 @@ from poprun_py.processes import (
     set_parent_death_signal,
     signal_tree,
     start_sweeper,
+    sweep_also,
 )
+from poprun_py.shm import SegmentTracker
 from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
@@ -108,6 +111,7 @@ class Agent:
         self._logs: dict[str, object] = {}
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
+        self._shm = SegmentTracker(on_new=self._sweep_also)
 
     # -- output to the launcher ---------------------------------------------------------------
     def send(self, kind: str, **fields) -> None:
@@ -132,6 +136,8 @@ class Agent:
         env[envc.ERROR_FILE] = error_file
         env[envc.UNDER_AGENT] = "1"
         env[envc.JOB_TOKEN] = self._token
+        # `import popdist`: poprun_py's folder on the path, where POPRUN_POPDIST says (env.with_popdist)
+        env["PYTHONPATH"] = envc.python_path_with_popdist(env.get("PYTHONPATH"), envc.popdist_choice(env))
         return env
 
     def _place(self) -> list[int]:
@@ -188,6 +194,7 @@ class Agent:
                     self._progress["what"] = lines[-1].decode(errors="replace")[:200]
                     self._progress["n"] += len(lines)
                     self._progress["dirty"] = True
+                self._shm.poke()  # the first report comes soon after MPI_Init: a scan finds its segment
                 self._flush_progress()
         os.close(fd)
 
@@ -250,6 +257,7 @@ class Agent:
                       error={"type": "OSError", "message": msg, "traceback": ""}, tail=[msg])
             return 127
         os.close(progress_w)
+        self._shm = SegmentTracker(on_new=self._sweep_also)
         self.send(wire.START, pid=child.pid, host=socket.gethostname(), cpus=cpus)
         readers = [
             threading.Thread(target=self._relay, args=(child.stdout.fileno(), "out"), daemon=True),
@@ -261,6 +269,7 @@ class Agent:
         stopped = self._supervise(child)
         ended_at = time.time()
         duration = time.monotonic() - started
+        self._shm.scan([p.pid for p in self._tree()])  # what the program left running maps too
         self.kill_tree()  # grandchildren left behind would hold the pipes open
         for t in readers:
             t.join(timeout=2.0)
@@ -271,6 +280,9 @@ class Agent:
                   ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail), oom=oom)
         if stopped or sig or code:
             self._linger()
+            # Every instance has ended: the MPI segments its processes mapped are garbage now
+            # (MPICH unlinks them only in MPI_Finalize, which an abnormal end never reaches).
+            self._shm.remove()
         return 128 + sig if sig else code
 
     def _linger(self) -> None:
@@ -284,6 +296,14 @@ class Agent:
         while self._state.stop_requests < 2 and time.monotonic() < deadline:
             self._state.stopped.wait(max(0.0, deadline - time.monotonic()))
             self._state.stopped.clear()
+
+    def _sweep_also(self, path: str) -> None:
+        if self._sweeper is not None:
+            sweep_also(self._sweeper[1], path)
+
+    def _scan_shm(self, procs: list | None = None) -> None:
+        """Record the MPI shared-memory segments the program's tree maps (poprun_py/shm.py)."""
+        self._shm.scan([p.pid for p in (self._tree() if procs is None else procs)])
 
     def kill_tree(self) -> None:
         """SIGKILL every descendant but the sweeper."""
@@ -314,13 +334,17 @@ class Agent:
                 return handled > 0
             except subprocess.TimeoutExpired:
                 pass
+            if self._shm.due(time.monotonic()):
+                self._scan_shm()
             while state.forward:
                 signal_tree(child.pid, [], state.forward.pop(0))
             if state.stop_requests > handled:
                 handled = state.stop_requests
                 if handled == 1:
                     first = signal.SIGINT if state.stop_signal == signal.SIGINT else signal.SIGTERM
-                    signal_tree(child.pid, self._tree(), first)
+                    tree = self._tree()
+                    self._scan_shm(tree)  # the last moment every process of the tree is sure to be alive
+                    signal_tree(child.pid, tree, first)
                     kill_at = time.monotonic() + self.spec.config.grace_period
                 else:
                     kill_at = time.monotonic()  # a second request: no more grace
@@ -363,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     rank_index = rank.rank if rank else 0
     size = rank.size if rank else 1
     if size != len(spec.instances):
-        print(f"poprun_py agent: the MPI launcher started {size} ranks but the job has "
-              f"{len(spec.instances)} instances; start jobs through poprun_py", file=sys.stderr)
+        print(f"poprun_py agent: the MPI launcher started {plural(size, 'rank')} but the job has "
+              f"{plural(len(spec.instances), 'instance')}; start jobs through poprun_py", file=sys.stderr)
         return 2
     info = spec.instances[rank_index]
     agent = Agent(spec, info, argv[2:])

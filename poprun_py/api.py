@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from poprun_py import env as envc
 from poprun_py.comm import Communicator, LoopbackComm
-from poprun_py.errors import EnvironmentContractError
+from poprun_py.errors import EnvironmentContractError, plural
 from poprun_py.progress import report_progress
 
 T = TypeVar("T")
@@ -116,7 +116,7 @@ def get_device_id(ipus_per_replica: int = 0) -> int:
     info = _dist()
     if ipus_per_replica and info.is_set and ipus_per_replica != info.ipus_per_replica:
         raise ValueError(
-            f"get_device_id({ipus_per_replica}) but the job runs {info.ipus_per_replica} IPUs per replica: "
+            f"get_device_id({ipus_per_replica}) but the job runs {plural(info.ipus_per_replica, 'IPU')} per replica: "
             f"pass --ipus-per-replica {ipus_per_replica} to poprun_py or drop the argument")
     return info.device_id
 

@@ -28,6 +28,8 @@ import time
 import traceback
 
 from poprun_py import env as envc
+from poprun_py.errors import EXIT_INTERRUPTED
+from poprun_py.shm import remove_own_segments
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # The top-level packages this distribution installs: their modules never see the working directory.
@@ -115,15 +117,21 @@ def _write_error(kind: str, message: str, tb: str) -> None:
 
 
 def _finish(code: int) -> None:
-    """Leave now, without running MPI finalisation that could wait forever for peers."""
+    """Leave now, without running MPI finalisation that could wait forever for peers.
+
+    The job is ending abnormally, so MPI's shared-memory files (which only ``MPI_Finalize`` would
+    remove) are removed first, those this process maps (poprun_py/shm.py); then, without an agent
+    above, ``MPI_Abort`` stops the other ranks.
+    """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if os.environ.get(envc.UNDER_AGENT) != "1":
-        mpi = sys.modules.get("mpi4py.MPI")
-        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        remove_own_segments()
+        if os.environ.get(envc.UNDER_AGENT) != "1" and mpi.COMM_WORLD.Get_size() > 1:
             mpi.COMM_WORLD.Abort(code)
     os._exit(code)
 
@@ -150,11 +158,22 @@ def run(target: list[str], *, as_module: bool) -> None:
             code = 1
         _write_error("SystemExit", f"sys.exit({exc.code!r})", "")
         _finish(code)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, not the traceback of wherever it landed
+        sys.stderr.write(interrupted_message() + "\n")
+        _write_error("KeyboardInterrupt", "interrupted (SIGINT)", _user_traceback(exc))
+        _finish(EXIT_INTERRUPTED)
     except BaseException as exc:  # noqa: BLE001 - report everything, then leave hard
         tb = _user_traceback(exc)
         sys.stderr.write(tb)
         _write_error(type(exc).__name__, str(exc), tb)
-        _finish(130 if isinstance(exc, KeyboardInterrupt) else 1)
+        _finish(1)
+
+
+def interrupted_message() -> str:
+    """``poprun_py: instance 1 of 2 (pid 4242): interrupted (SIGINT)``; outside a job, no instance."""
+    index, count = os.environ.get(envc.INSTANCE_INDEX), os.environ.get(envc.NUM_INSTANCES)
+    who = f"instance {index} of {count} (pid {os.getpid()})" if index and count else f"pid {os.getpid()}"
+    return f"poprun_py: {who}: interrupted (SIGINT); exit code {EXIT_INTERRUPTED}"
 
 
 def _user_traceback(exc: BaseException) -> str:

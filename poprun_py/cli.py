@@ -19,7 +19,7 @@ from typing import Any
 from poprun_py import __version__
 from poprun_py import env as envc
 from poprun_py.config import DEFAULT_OUTPUT_TAG, PLACEMENTS, LaunchConfig, validate_config
-from poprun_py.errors import EXIT_USAGE, ConfigError
+from poprun_py.errors import EXIT_USAGE, ConfigError, plural
 from poprun_py.topology import assign_instances, expand_hosts, format_topology, parse_hostfile
 
 logger = logging.getLogger("poprun_py")
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topo = p.add_argument_group("topology")
     topo.add_argument("--num-instances", type=int, metavar="N", default=None, help="instances (MPI ranks); default 1, or the MPI size in-MPI")
-    topo.add_argument("--num-replicas", type=int, metavar="N", default=None, help="total replicas; default 1, or one per instance in-MPI")
+    topo.add_argument("--num-replicas", type=int, metavar="N", default=None, help="total replicas; default one per instance (--num-instances)")
     topo.add_argument("--ipus-per-replica", type=int, metavar="N", default=1, help="IPUs per replica")
     topo.add_argument("--num-ilds", type=int, metavar="N", default=None, help="IPU-Link domains; default the fewest that hold the job")
     topo.add_argument("--system", default=None, metavar="POD", help="simulated system POD4|POD16|POD64|POD128|POD256; default the smallest that fits")
@@ -156,9 +156,9 @@ def config_from_args(args: argparse.Namespace, *, mpi_size: int | None = None) -
     instances = args.num_instances if args.num_instances is not None else (mpi_size or 1)
     if mpi_size is not None and instances != mpi_size:
         raise ConfigError(
-            f"--num-instances {instances} but the MPI launcher started {mpi_size} ranks: in-MPI mode one "
-            f"rank is one instance; drop --num-instances or start {instances} ranks")
-    replicas = args.num_replicas if args.num_replicas is not None else (instances if mpi_size else 1)
+            f"--num-instances {instances} but the MPI launcher started {plural(mpi_size, 'rank')}: in-MPI mode "
+            f"one rank is one instance; drop --num-instances or start {plural(instances, 'rank')}")
+    replicas = args.num_replicas if args.num_replicas is not None else instances  # one per instance
     placement = args.process_placement
     if args.numa_aware is not None:
         placement = "spreadnuma" if args.numa_aware else "disabled"
@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     in_mpi = args.mode == "instance" or (
         args.mode == "auto" and rank is not None and (rank.size > 1 or (args.num_instances or 1) == 1))
     try:
+        _check_popdist_choice(environ)
         if in_mpi:
             from poprun_py.inmpi import run_as_instance
 
@@ -207,6 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"poprun_py: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _check_popdist_choice(environ: dict[str, str]) -> None:
+    """``POPRUN_POPDIST`` (what ``import popdist`` gives the program) is read by the instances; a bad
+    value stops the job here, before anything starts."""
+    try:
+        envc.popdist_choice(environ)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def launch(config: LaunchConfig) -> int:
@@ -236,9 +246,10 @@ def launch(config: LaunchConfig) -> int:
         if problems:
             raise ConfigError(format_problems(problems, len(config.hosts)))
     logger.info(
-        "Launching %s on %s: %d instance(s) x %d local replica(s) x %d IPU(s) per replica, hosts %s, %s via %s (%s)",
-        " ".join(config.program), config.system, config.num_instances, config.replicas_per_instance,
-        config.ipus_per_replica, ",".join(config.hosts), run_id, mpiexec, flavor)
+        "Launching %s on %s: %s x %s x %s per replica, hosts %s, %s via %s (%s)",
+        " ".join(config.program), config.system, plural(config.num_instances, "instance"),
+        plural(config.replicas_per_instance, "local replica"), plural(config.ipus_per_replica, "IPU"),
+        ",".join(config.hosts), run_id, mpiexec, flavor)
     return job.run()
 
 

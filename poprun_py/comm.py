@@ -86,6 +86,10 @@ class MPIComm:
 
         self._MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
+        if comm is None:  # MPI is initialised now: in-MPI mode, hand its shared-memory files to the rank's watcher
+            from poprun_py.shm import report_segments
+
+            report_segments()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._count = 0

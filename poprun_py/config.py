@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poprun_py.errors import ConfigError
+from poprun_py.errors import ConfigError, plural
 from poprun_py.systems import get_system, is_power_of_two, smallest_system_for
 
 PLACEMENTS = ("spreadnuma", "disabled")
@@ -59,7 +59,7 @@ def validate_config(
     *,
     program: tuple[str, ...],
     num_instances: int = 1,
-    num_replicas: int = 1,
+    num_replicas: int | None = None,
     ipus_per_replica: int = 1,
     num_ilds: int | None = None,
     hosts: tuple[str, ...] = ("localhost",),
@@ -69,18 +69,21 @@ def validate_config(
     """Check the topology options against each other and the simulated system.
 
     Every failure is a ``ConfigError`` whose message names the option and the fix. Defaults that
-    depend on other options (the system, the number of IPU-Link domains) are resolved here.
+    depend on other options (the replicas: one per instance; the system; the number of IPU-Link
+    domains) are resolved here.
     """
     if not program:
         raise ConfigError("no program given: usage `poprun_py [options] [--] program [args...]`")
     _check_positive("--num-instances", num_instances)
+    if num_replicas is None:
+        num_replicas = num_instances  # one per instance
     _check_positive("--num-replicas", num_replicas)
     _check_positive("--ipus-per-replica", ipus_per_replica)
     if num_replicas % num_instances:
         raise ConfigError(
             f"--num-replicas {num_replicas} is not divisible by --num-instances {num_instances}: "
-            f"each instance drives the same number of replicas; use a multiple of {num_instances} "
-            f"replicas, or a divisor of {num_replicas} instances"
+            f"each instance drives the same number of replicas; give --num-replicas a multiple of "
+            f"{num_instances}, or --num-instances a divisor of {num_replicas}"
         )
     if not hosts:
         raise ConfigError("the host list is empty: give -H host1,host2 or a --hostfile with one host per line")
@@ -107,7 +110,7 @@ def validate_config(
     _check_positive("--num-ilds", ilds)
     if ilds > shape.num_ilds:
         raise ConfigError(
-            f"--num-ilds {ilds} but {shape.name} has {shape.num_ilds} IPU-Link domain(s): "
+            f"--num-ilds {ilds} but {shape.name} has {plural(shape.num_ilds, 'IPU-Link domain')}: "
             f"use --num-ilds {shape.num_ilds} or a larger --system"
         )
     if num_instances % ilds:
@@ -117,7 +120,7 @@ def validate_config(
         )
     if num_ipus % ilds or num_ipus // ilds > IPUS_PER_ILD:
         raise ConfigError(
-            f"{num_ipus} IPUs cannot be split evenly over {ilds} IPU-Link domain(s) of at most "
+            f"{num_ipus} IPUs cannot be split evenly over {plural(ilds, 'IPU-Link domain')} of at most "
             f"{IPUS_PER_ILD} IPUs: use --num-ilds {max(1, -(-num_ipus // IPUS_PER_ILD))}"
         )
     only = rest.get("only_output_from_instance")

@@ -3,11 +3,14 @@
 This is the one module that reads ``os.environ``-style mappings. ``instance_env`` writes the
 ``POPDIST_*``/``POPRUN_*`` variables an instance receives; ``read_env`` reads them back inside the
 instance (outside any launcher: one instance, one replica); ``detect_rank`` reads the rank and
-size that MPI or Slurm gave a process; ``option_defaults`` reads ``POPRUN_<OPTION>`` defaults.
+size that MPI or Slurm gave a process; ``option_defaults`` reads ``POPRUN_<OPTION>`` defaults;
+``popdist_choice`` and ``python_path_with_popdist`` decide what ``import popdist`` gives a program
+(poprun_py/_popdist_shim/popdist/__init__.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,6 +41,12 @@ ERROR_FILE = "POPRUN_ERROR_FILE"
 UNDER_AGENT = "POPRUN_UNDER_AGENT"
 JOB_TOKEN = "POPRUN_JOB_TOKEN"  # marks every process of one instance, for the sweeper
 FAULT = "POPRUN_FAULT"  # an injected fault for recovery tests (poprun_py/faults.py)
+# Which `import popdist` a program gets: auto = a real PopDist SDK if one is installed, else
+# poprun_py's; ours = poprun_py's; sdk = the SDK's or an ImportError. Set for the launcher (or the
+# MPI launcher in in-MPI mode); every instance inherits it.
+POPDIST_CHOICE = "POPRUN_POPDIST"
+POPDIST_CHOICES = ("auto", "ours", "sdk")
+POPDIST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_popdist_shim")
 
 OPTION_PREFIX = "POPRUN_"
 
@@ -217,6 +226,29 @@ def read_fault(environ: Mapping[str, str]) -> Fault | None:
         raise EnvironmentContractError(f"{FAULT}={raw!r}: {err}") from None
     here = (_int(environ, INSTANCE_INDEX, 0), _int(environ, RESTART_COUNT, 0))
     return fault if (fault.instance, fault.attempt) == here else None
+
+
+def popdist_choice(environ: Mapping[str, str]) -> str:
+    """``POPRUN_POPDIST``: auto (the default), ours or sdk."""
+    raw = environ.get(POPDIST_CHOICE, "").strip().lower() or "auto"
+    if raw not in POPDIST_CHOICES:
+        raise EnvironmentContractError(
+            f"{POPDIST_CHOICE}={environ[POPDIST_CHOICE]!r}: use auto (a PopDist SDK wins where installed), "
+            "ours (poprun_py's popdist) or sdk (the SDK's, an error without it)")
+    return raw
+
+
+def with_popdist(path: list[str], choice: str) -> list[str]:
+    """``path`` (``sys.path`` or ``PYTHONPATH``'s entries) with the folder of poprun_py's ``popdist``:
+    first for ``ours``, else last, so that another ``popdist`` on the path (an SDK, the user's) wins;
+    the package itself also defers to one installed after it (auto, sdk). The folder holds nothing else."""
+    rest = [p for p in path if p != POPDIST_DIR]
+    return [POPDIST_DIR, *rest] if choice == "ours" else [*rest, POPDIST_DIR]
+
+
+def python_path_with_popdist(pythonpath: str | None, choice: str) -> str:
+    """``PYTHONPATH`` for a program: ``with_popdist`` of its entries."""
+    return os.pathsep.join(with_popdist(pythonpath.split(os.pathsep) if pythonpath else [], choice))
 
 
 def option_defaults(environ: Mapping[str, str], dests: list[str]) -> dict[str, str]:

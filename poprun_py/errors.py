@@ -18,6 +18,12 @@ class EnvironmentContractError(ValueError):
     """The POPDIST_* variables an instance received are inconsistent."""
 
 
+def plural(count: int, noun: str, nouns: str | None = None, *, with_count: bool = True) -> str:
+    """``1 replica``, ``2 replicas`` (``with_count=False``: the noun alone, for ``instances 0, 3``)."""
+    word = noun if count == 1 else (nouns or noun + "s")
+    return f"{count} {word}" if with_count else word
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name

@@ -25,7 +25,7 @@ import psutil
 from poprun_py import wire
 from poprun_py.agent import AgentSpec, attempt_dir
 from poprun_py.config import LaunchConfig
-from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, signal_name
+from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, plural, signal_name
 from poprun_py.mpi_command import agent_command, build_mpiexec_argv
 from poprun_py.output import Console, TagFields
 from poprun_py.processes import child_preexec
@@ -152,7 +152,8 @@ class Job:
                 if now - t_start > STARTUP_TIMEOUT_S and any(s.host is None for s in states):
                     missing = [s.index for s in states if s.host is None]
                     self.console.message(
-                        f"poprun_py: instance(s) {missing} did not start within {STARTUP_TIMEOUT_S:g} s; "
+                        f"poprun_py: {plural(len(missing), 'instance', with_count=False)} "
+                        f"{', '.join(map(str, missing))} did not start within {STARTUP_TIMEOUT_S:g} s; "
                         "check that python and poprun_py exist at the same path on every host")
                     watch.begin("failed", FAILURE_GRACE_S)
             watch.tick(now)

@@ -34,6 +34,7 @@ from poprun_py import __version__, wire
 from poprun_py.bootstrap import OWN_PACKAGES, wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import detect_rank
+from poprun_py.errors import plural
 from poprun_py.mpi_command import build_mpiexec_argv
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
                   timeout: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
     """Run the checks on every host; the problems found, one line each, naming the host."""
     argv = preflight_argv(config, mpiexec=mpiexec, flavor=flavor, python=python)
-    logger.info("Pre-flight checks on %d host(s): %s", len(config.hosts), json.dumps(argv))
+    logger.info("Pre-flight checks on %s: %s", plural(len(config.hosts), "host"), json.dumps(argv))
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -144,11 +145,12 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
             other.append(line.decode(errors="replace").rstrip())
     problems = []
     unreachable = {host: line for host in config.hosts for line in other if _names_host(line, host)}
+    unexplained = False
     for rank, host in enumerate(config.hosts):
         if rank in reports:
             problems += [f"host {host}: {p}" for p in reports[rank].get("problems", [])]
         elif host in unreachable:
-            problems.append(f"host {host}: unreachable: {unreachable[host].strip()}")
+            problems.append(ssh_problem(host, unreachable[host].strip()))
         elif unreachable:
             problems.append(f"host {host}: not checked (the MPI launcher gave up when "
                             f"{', '.join(unreachable)} failed)")
@@ -156,7 +158,8 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
             why = f"within {timeout:g} s" if timed_out else f"({os.path.basename(mpiexec)} exited with status " \
                   f"{proc.returncode})"
             problems.append(f"host {host}: no answer {why}; cannot run {python} there")
-    if problems and other:
+            unexplained = True
+    if unexplained and other:  # ssh's own words already lead each unreachable host's line
         problems.append("last messages of the MPI launcher:")
         problems += ["  " + line for line in other[-MPI_TAIL_LINES:]]
     logger.info("Pre-flight checks took %.1f s: %s", time.monotonic() - started,
@@ -165,13 +168,30 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
 
 
 def _names_host(line: str, host: str) -> bool:
-    """An ssh error about ``host`` ("ssh: connect to host b port 22: ...", "ssh: Could not resolve hostname b")."""
-    return "ssh" in line.lower() and re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)", line) is not None
+    """An ssh error about ``host`` ("ssh: connect to host b port 22: ...", "ssh: Could not resolve hostname b").
+
+    Host names are compared without case: ssh prints them lower-cased (``-H nodeA`` gives ``nodea``).
+    """
+    return "ssh" in line.lower() and re.search(
+        rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)", line, flags=re.IGNORECASE) is not None
+
+
+def ssh_problem(host: str, line: str) -> str:
+    """One host's ssh failure, cause first, with the fix: ``host X: name not resolved: ...``."""
+    low = line.lower()
+    if "could not resolve hostname" in low or "name or service not known" in low:
+        return (f"host {host}: name not resolved: {line}; check the name in -H/--hostfile, and that "
+                f"`getent hosts {host}` prints its address here (DNS or /etc/hosts)")
+    if "permission denied" in low or "host key verification failed" in low:
+        return (f"host {host}: ssh login refused: {line}; set up passwordless ssh: "
+                f"`ssh -o BatchMode=yes {host} true` must succeed")
+    return (f"host {host}: unreachable: {line}; check that {host} is up and runs sshd: "
+            f"`ssh -o BatchMode=yes {host} true` must succeed")
 
 
 def format_problems(problems: list[str], num_hosts: int) -> str:
     failing = {p.split(":", 1)[0] for p in problems if p.startswith("host ") and "not checked" not in p}
-    return "\n".join([f"pre-flight checks failed on {len(failing)} of {num_hosts} host(s):",
+    return "\n".join([f"pre-flight checks failed on {len(failing)} of {plural(num_hosts, 'host')}:",
                       *("  " + p for p in problems), SAME_PATHS_HINT])
 
 

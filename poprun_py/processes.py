@@ -93,12 +93,13 @@ def processes_with_env(name: str, value: str, exclude: tuple[int, ...] = ()) -> 
 
 def start_sweeper(name: str, value: str) -> tuple[int, int]:
     """Fork a watchdog that, once this process ends in any way (even SIGKILL), kills every
-    process carrying ``name=value`` in its environment.
+    process carrying ``name=value`` in its environment, then removes the files named to it.
 
-    Returns (watchdog pid, fd). Closing the fd triggers the sweep; writing ``b"x"`` first says the
-    tree is already clean and the watchdog leaves without scanning. The watchdog starts a session
-    of its own, so whoever kills this process's group or session misses it. Call before starting
-    threads.
+    Returns (watchdog pid, fd). Write a line with a file's absolute path (``sweep_also``) to have
+    it removed after the sweep (the MPI shared-memory files of the tree, poprun_py/shm.py).
+    Closing the fd triggers the sweep; writing ``b"x"`` first says the tree is already clean and
+    the watchdog leaves without scanning. The watchdog starts a session of its own, so whoever
+    kills this process's group or session misses it. Call before starting threads.
     """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -106,10 +107,11 @@ def start_sweeper(name: str, value: str) -> tuple[int, int]:
         try:
             os.setsid()
             os.close(write_fd)
-            clean = False
-            while chunk := os.read(read_fd, 1):
-                clean = clean or chunk == b"x"
-            if clean:
+            data = b""
+            while chunk := os.read(read_fd, 65536):
+                data += chunk
+            lines = data.split(b"\n")
+            if b"x" in lines:
                 os._exit(0)
             procs = processes_with_env(name, value, exclude=(os.getpid(),))
             for proc in procs:
@@ -118,7 +120,18 @@ def start_sweeper(name: str, value: str) -> tuple[int, int]:
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(procs, timeout=2.0)
+            for line in lines:
+                if line.startswith(b"/"):
+                    try:
+                        os.unlink(line)
+                    except OSError:
+                        pass
         finally:
             os._exit(0)
     os.close(read_fd)
     return pid, write_fd
+
+
+def sweep_also(fd: int, path: str) -> None:
+    """Tell the sweeper behind ``fd`` to remove ``path`` after it swept (see ``start_sweeper``)."""
+    os.write(fd, os.fsencode(path) + b"\n")

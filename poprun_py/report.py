@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from poprun_py.errors import describe_end, exit_hint, shell_code, signal_name
+from poprun_py.errors import describe_end, exit_hint, plural, shell_code, signal_name
 from poprun_py.faults import INJECTED
 
 TRACEBACK_LINES = 30
@@ -83,7 +83,7 @@ def hang_report(states: list[InstanceState], now: float, timeout: float) -> str:
     """Which instances made no progress for ``timeout`` seconds, and what each did last."""
     stuck = [s for s in states if not s.ended and now - s.last_activity > timeout]
     lines = [
-        f"poprun_py: no progress for {timeout:g} s from instance(s) "
+        f"poprun_py: no progress for {timeout:g} s from {plural(len(stuck), 'instance', with_count=False)} "
         f"{', '.join(str(s.index) for s in stuck)}; stopping the job",
         "  last activity of each instance:",
     ]
@@ -99,8 +99,10 @@ def hang_report(states: list[InstanceState], now: float, timeout: float) -> str:
     others = [s for s in stuck if s not in waiting]
     if waiting and others:
         lines.append(
-            f"  likely culprit: instance(s) {', '.join(str(s.index) for s in others)} never reached the "
-            f"collective that {', '.join(str(s.index) for s in waiting)} wait in"
+            f"  likely culprit: {plural(len(others), 'instance', with_count=False)} "
+            f"{', '.join(str(s.index) for s in others)} never reached the collective that "
+            f"{plural(len(waiting), 'instance', with_count=False)} {', '.join(str(s.index) for s in waiting)} "
+            f"{'waits' if len(waiting) == 1 else 'wait'} in"
         )
     lines.append(
         "  hint: an instance waiting in a collective is usually waiting for the one that did not get "

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from poprun_py.errors import EXIT_HANG
 from poprun_py.progress import last_progress
+from poprun_py.shm import remove_own_segments
 
 OUTPUT_DRAIN_S = 5.0  # at most this long for the MPI launcher to read the message before MPI_Abort
 HEAD_START = 0.1  # extra share of the timeout a rank waiting in a collective gives the others
@@ -81,9 +82,12 @@ def wait_until_read(fd: int, limit_s: float = OUTPUT_DRAIN_S, poll_s: float = 0.
 
 def abort_job(code: int) -> None:
     """MPI_Abort on COMM_WORLD if the program initialised MPI, else a hard exit (the MPI
-    launcher then stops the job because a rank ended without finalising)."""
+    launcher then stops the job because a rank ended without finalising). MPI's shared-memory
+    files that this rank maps are removed first: an aborted job never finalises, which is where
+    MPI would remove them (poprun_py/shm.py)."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        remove_own_segments()
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from poprun_py.cli import config_from_args, main, normalise_switches, parse_args
+from poprun_py.cli import build_parser, config_from_args, main, normalise_switches, parse_args
 
 
 def test_switches_bare_or_with_value_never_swallow_the_program():
@@ -33,6 +33,18 @@ def test_bad_environment_value_names_the_variable(capsys):
         parse_args(["prog"], {"POPRUN_GRACE_PERIOD": "soon"})
     assert exc.value.code == 2
     assert "POPRUN_GRACE_PERIOD='soon'" in capsys.readouterr().err
+
+
+def test_launcher_mode_defaults_one_replica_per_instance():
+    def replicas(*argv, env=None):
+        return config_from_args(parse_args([*argv, "echo", "hi"], env or {})).num_replicas
+
+    assert replicas("--num-instances", "2") == 2
+    assert replicas("--num-instances", "4", "--ipus-per-replica", "2") == 4
+    assert replicas() == 1
+    assert replicas("--num-instances", "2", "--num-replicas", "8") == 8
+    assert replicas(env={"POPRUN_NUM_INSTANCES": "4"}) == 4
+    assert "default one per instance" in " ".join(build_parser().format_help().split())
 
 
 def test_in_mpi_defaults_one_replica_per_instance_and_checks_size():

@@ -175,7 +175,7 @@ def test_hang_timeout_names_the_stuck_instance(tmp_path):
     assert "no progress for 6 s" in res.stderr
     assert "instance 1 (host" in res.stderr and "stuck in a loop" in res.stderr
     assert "instance 0 (host" in res.stderr and "in allreduce #4" in res.stderr
-    assert "likely culprit: instance(s) 1 never reached the collective that 0 wait in" in res.stderr
+    assert "likely culprit: instance 1 never reached the collective that instance 0 waits in" in res.stderr
     assert_no_leftovers(str(tmp_path))
 
 

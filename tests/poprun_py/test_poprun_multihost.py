@@ -193,5 +193,5 @@ def test_preflight_finds_a_script_missing_on_one_host(hosts, tmp_path):
                  env=hosts.env(FAKE_SSH_HIDE=f"b:{code}"))
     assert res.returncode == 2, res.stderr
     assert f"host b: script '{script}' not found" in res.stderr
-    assert "host a:" not in res.stderr and "failed on 1 of 2 host(s)" in res.stderr
+    assert "host a:" not in res.stderr and "failed on 1 of 2 hosts" in res.stderr
     hosts.assert_nothing_left()

@@ -10,7 +10,8 @@ import pytest
 from poprun_py import __version__
 from poprun_py.cli import config_from_args, parse_args
 from poprun_py.config import validate_config
-from poprun_py.preflight import _names_host, check_host, format_problems, preflight_argv, program_problems
+from poprun_py.preflight import (_names_host, check_host, format_problems, preflight_argv, program_problems,
+                                 ssh_problem)
 
 
 @pytest.fixture
@@ -54,6 +55,17 @@ def test_ssh_errors_are_matched_to_their_host_only():
     assert not _names_host("ssh: Could not resolve hostname node10: Name or service not known", "node1")
     assert not _names_host("ssh: connect to host b.example port 22: Connection refused", "b")
     assert not _names_host("[mpiexec@b] launch proxy failed", "b")  # not an ssh message
+    assert _names_host("ssh: Could not resolve hostname nodea: Name or service not known", "nodeA")  # ssh lower-cases
+
+
+def test_an_ssh_failure_leads_with_its_cause_names_the_host_and_the_fix():
+    resolve = ssh_problem("nodeA", "ssh: Could not resolve hostname nodea: Name or service not known")
+    assert resolve.startswith("host nodeA: name not resolved: ssh: Could not resolve hostname nodea")
+    assert "`getent hosts nodeA`" in resolve and "-H/--hostfile" in resolve
+    refused = ssh_problem("b", "ssh: connect to host b port 22: Connection refused")
+    assert refused.startswith("host b: unreachable: ssh: connect to host b port 22: Connection refused; check")
+    login = ssh_problem("b", "b: Permission denied (publickey,password).")
+    assert login.startswith("host b: ssh login refused:") and "ssh -o BatchMode=yes b true" in login
 
 
 def test_the_checks_run_one_rank_per_host_through_the_jobs_mpi_options():
@@ -77,5 +89,5 @@ def test_the_checks_are_on_by_default_with_several_hosts_only():
 
 def test_the_report_counts_failing_hosts_and_says_how_to_fix():
     text = format_problems(["host a: not checked (...)", "host b: unreachable: ssh: ..."], 2)
-    assert text.startswith("pre-flight checks failed on 1 of 2 host(s):\n  host a: not checked")
+    assert text.startswith("pre-flight checks failed on 1 of 2 hosts:\n  host a: not checked")
     assert "passwordless ssh" in text and "--preflight no" in text
