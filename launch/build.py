@@ -47,6 +47,7 @@ class Training:
     placement: InstanceInfo  # this instance's replicas, from the launcher (launch.config.placement)
     compiled: CompiledIpu | None = None
     run_id: str = ""  # the run this instance takes part in (launch.run_dir), recorded in each checkpoint
+    saved_step: int = -1  # the update of this run's newest checkpoint (written or resumed from); -1: none
 
     @property
     def instance_index(self) -> int:

@@ -149,6 +149,7 @@ def _resume(t: Training, decision: rundir.Decision) -> bool:
     arrays, meta = ckpt.load_checkpoint(decision.checkpoint)
     rundir.check_weights(decision.checkpoint, arrays, t.engine.params)
     ckpt.restore_state(t, arrays, meta)
+    t.saved_step = t.engine.step
     logger.info("Resumed from %s: update %d, epoch %d, batch %d of the epoch (run %s).", decision.checkpoint,
                 t.engine.step, *t.loader.position, t.run_id)
     return True
@@ -317,6 +318,7 @@ def _save(t: Training, log: MetricsLog | None) -> None:
     arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
+    t.saved_step = t.engine.step
 
 
 def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
@@ -330,7 +332,8 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
             logger.warning("%s: stopped before the first update of %d; no checkpoint written (none needed).",
                            signal_name(signum), t.total_steps)
         return code
-    _save(t, log)
+    if t.saved_step != step:  # the cadence, an epoch's end or the resume may have given this update's already
+        _save(t, log)
     if t.lead:
         logger.warning("%s: stopped after update %d of %d with a checkpoint in %s; continue with --resume auto.",
                        signal_name(signum), step, t.total_steps, ckpt.checkpoint_dir(t.cfg.run.run_dir))

@@ -260,11 +260,13 @@ class _Teardown:
         self.released = False
         self.mpi_lines: list[str] = []
 
-    def begin(self, reason: str, grace: float) -> None:
+    def begin(self, reason: str, grace: float, first: int = signal.SIGTERM) -> None:
+        """Stop the job: ``first`` through mpiexec to every agent (SIGINT for a Ctrl-C, which Hydra
+        passes on as it is, so that programs see Ctrl-C; SIGTERM otherwise), SIGTERM after ``grace``."""
         if self.reason is not None:
             return
         self.reason = reason
-        self._send(signal.SIGTERM)
+        self._send(first)
         now = time.monotonic()
         self.second_at = now + grace
         self.kill_at = now + grace + BACKSTOP_S
@@ -275,7 +277,8 @@ class _Teardown:
                 f"poprun_py: received {signal_name(signum)}; stopping all instances "
                 f"(grace period {self.job.config.grace_period:g} s, repeat to force)")
             self.signal = signum
-            self.begin("interrupted", self.job.config.grace_period)
+            self.begin("interrupted", self.job.config.grace_period,
+                       signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         elif self.second_at is not None:
             self.second_at = time.monotonic()  # a repeated Ctrl-C: no more grace
 

@@ -119,3 +119,26 @@ def test_max_steps_stops_the_default_run_early_and_warmup_steps_alone_replaces_w
     lrs = [r["lr"] for r in map(json.loads, (tmp_path / "b/metrics.jsonl").read_text().splitlines())
            if r["event"] == "step"]
     assert lrs[5] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_ctrl_c_to_the_launcher_reaches_training_as_ctrl_c(tmp_path):
+    """The launcher passes a Ctrl-C on as SIGINT (not SIGTERM): every instance stops after the same
+    update, instance 0 writes the checkpoint once, and the job exits 130."""
+    cmd = [sys.executable, "-m", "poprun_py", "--num-instances", "2", "--num-replicas", "4", sys.executable, "-m",
+           "launch.train", *DENSE, "--set", "run.checkpoint_every=5", "--set", "run.max_steps=0", "--set", "run.run_dir=r"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "Checkpoint for update 5 written" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out = "".join(seen) + proc.communicate(timeout=240)[0]
+    assert proc.returncode == 130, out[-3000:]
+    stopped = [x for x in out.splitlines() if "SIGINT: stopped after update" in x]
+    assert len(stopped) == 1 and stopped[0].startswith("[0] "), out[-3000:]
+    step = int(stopped[0].split("stopped after update ")[1].split()[0])
+    assert ckpt.step_of(ckpt.find_latest(tmp_path / "r")) == step
+    assert out.count(f"Checkpoint for update {step} written") == 1
+    assert "Traceback" not in out
