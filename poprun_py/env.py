@@ -44,9 +44,9 @@ FAULT = "POPRUN_FAULT"  # an injected fault for recovery tests (poprun_py/faults
 # Which `import popdist` a program gets: auto = a real PopDist SDK if one is installed, else
 # poprun_py's; ours = poprun_py's; sdk = the SDK's or an ImportError. Set for the launcher (or the
 # MPI launcher in in-MPI mode); every instance inherits it.
-POPDIST_CHOICE = "POPRUN_POPDIST"
-POPDIST_CHOICES = ("auto", "ours", "sdk")
-POPDIST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_popdist_shim")
+CHOOSE_POPDIST = "POPRUN_POPDIST"
+CHOOSE_POPDIST_VALUES = ("auto", "ours", "sdk")
+SHIM_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_popdist_shim")
 
 OPTION_PREFIX = "POPRUN_"
 
@@ -230,10 +230,10 @@ def read_fault(environ: Mapping[str, str]) -> Fault | None:
 
 def popdist_choice(environ: Mapping[str, str]) -> str:
     """``POPRUN_POPDIST``: auto (the default), ours or sdk."""
-    raw = environ.get(POPDIST_CHOICE, "").strip().lower() or "auto"
-    if raw not in POPDIST_CHOICES:
+    raw = environ.get(CHOOSE_POPDIST, "").strip().lower() or "auto"
+    if raw not in CHOOSE_POPDIST_VALUES:
         raise EnvironmentContractError(
-            f"{POPDIST_CHOICE}={environ[POPDIST_CHOICE]!r}: use auto (a PopDist SDK wins where installed), "
+            f"{CHOOSE_POPDIST}={environ[CHOOSE_POPDIST]!r}: use auto (a PopDist SDK wins where installed), "
             "ours (poprun_py's popdist) or sdk (the SDK's, an error without it)")
     return raw
 
@@ -242,8 +242,8 @@ def with_popdist(path: list[str], choice: str) -> list[str]:
     """``path`` (``sys.path`` or ``PYTHONPATH``'s entries) with the folder of poprun_py's ``popdist``:
     first for ``ours``, else last, so that another ``popdist`` on the path (an SDK, the user's) wins;
     the package itself also defers to one installed after it (auto, sdk). The folder holds nothing else."""
-    rest = [p for p in path if p != POPDIST_DIR]
-    return [POPDIST_DIR, *rest] if choice == "ours" else [*rest, POPDIST_DIR]
+    rest = [p for p in path if p != SHIM_FOLDER]
+    return [SHIM_FOLDER, *rest] if choice == "ours" else [*rest, SHIM_FOLDER]
 
 
 def python_path_with_popdist(pythonpath: str | None, choice: str) -> str:

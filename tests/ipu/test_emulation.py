@@ -194,7 +194,7 @@ def test_a_restored_checkpoint_is_stored_as_float16_under_16_16():
     model = dense()
     engine = engine_for(model, "16.16")
     loader = SimpleNamespace(state=lambda: {}, load_state=lambda state: None)
-    t = SimpleNamespace(engine=engine, loader=loader, cfg=SimpleNamespace(to_dict=dict, run=SimpleNamespace(seed=3)))
+    t = SimpleNamespace(engine=engine, loader=loader, run_id="r", cfg=SimpleNamespace(to_dict=dict, run=SimpleNamespace(seed=3)))
     arrays, meta = capture_state(t, {})
     arrays = {k: v.copy() for k, v in arrays.items()}
     for key in arrays:

@@ -79,7 +79,7 @@ def fake_sdk(tmp_path):
 def _import_popdist(pythonpath: list[str], choice: str | None, code: str = "") -> subprocess.CompletedProcess:
     env = launcher_env(PYTHONPATH=os.pathsep.join([ROOT, *pythonpath]))
     if choice is not None:
-        env[envc.POPDIST_CHOICE] = choice
+        env[envc.CHOOSE_POPDIST] = choice
     body = "import popdist; print(popdist.IMPLEMENTATION, popdist.getInstanceIndex())" + code
     return subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, env=env, timeout=60,
                           cwd=ROOT)
@@ -89,19 +89,19 @@ def test_auto_hands_over_to_an_sdk_found_after_our_folder(fake_sdk):
     """PYTHONPATH comes before site-packages: our folder first, the SDK after it, as a pip-installed
     SDK would be; auto and sdk load the SDK's module in place of ours, submodules included."""
     for choice in (None, "auto", "sdk"):
-        res = _import_popdist([envc.POPDIST_DIR, fake_sdk], choice, "; import popdist.tensorflow as t; print(t.NAME)")
+        res = _import_popdist([envc.SHIM_FOLDER, fake_sdk], choice, "; import popdist.tensorflow as t; print(t.NAME)")
         assert res.stdout.split("\n")[:2] == ["sdk 42", "popdist.tensorflow of the sdk"], (choice, res.stderr)
-    ours = _import_popdist([envc.POPDIST_DIR, fake_sdk], "ours")
+    ours = _import_popdist([envc.SHIM_FOLDER, fake_sdk], "ours")
     assert ours.returncode == 0 and ours.stdout.strip() == "poprun_py 0", ours.stderr
 
 
 def test_without_an_sdk_auto_gives_ours_and_sdk_says_how_to_fix():
-    assert _import_popdist([envc.POPDIST_DIR], "auto").stdout.strip() == "poprun_py 0"
-    missing = _import_popdist([envc.POPDIST_DIR], "sdk")
+    assert _import_popdist([envc.SHIM_FOLDER], "auto").stdout.strip() == "poprun_py 0"
+    missing = _import_popdist([envc.SHIM_FOLDER], "sdk")
     assert missing.returncode != 0
     assert "POPRUN_POPDIST=sdk but no PopDist SDK is importable" in missing.stderr
     assert "POPRUN_POPDIST=ours (or auto)" in missing.stderr
-    bad = _import_popdist([envc.POPDIST_DIR], "mine")
+    bad = _import_popdist([envc.SHIM_FOLDER], "mine")
     assert bad.returncode != 0 and "POPRUN_POPDIST='mine': use auto" in bad.stderr
 
 
@@ -112,15 +112,15 @@ def test_the_launcher_offers_popdist_and_lets_another_one_win_unless_told_ours(f
     env["PYTHONPATH"] = env["PYTHONPATH"] + os.pathsep + fake_sdk  # the user's own path has a popdist
     auto = poprun("python", "-c", code, env=env)
     assert auto.returncode == 0 and auto.stdout.strip() == "[0] got sdk", auto.stderr
-    ours = poprun("python", "-c", code, env={**env, envc.POPDIST_CHOICE: "ours"})
+    ours = poprun("python", "-c", code, env={**env, envc.CHOOSE_POPDIST: "ours"})
     assert ours.returncode == 0 and ours.stdout.strip() == "[0] got poprun_py", ours.stderr
-    bad = poprun("python", "-c", code, env={**env, envc.POPDIST_CHOICE: "mine"})
+    bad = poprun("python", "-c", code, env={**env, envc.CHOOSE_POPDIST: "mine"})
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("poprun_py: error: POPRUN_POPDIST='mine': use auto (a PopDist SDK wins")
 
 
 def test_our_folder_goes_last_unless_ours_and_only_once():
-    d = envc.POPDIST_DIR
+    d = envc.SHIM_FOLDER
     assert envc.with_popdist(["a", d, "b"], "auto") == ["a", "b", d]
     assert envc.with_popdist(["a", "b"], "sdk") == ["a", "b", d]
     assert envc.with_popdist(["a", d], "ours") == [d, "a"]
@@ -134,4 +134,4 @@ def test_the_popdist_folder_is_packaged_and_installs_no_top_level_popdist():
     packages = find_packages(ROOT, include=["poprun_py*", "ipu*", "models*", "data*", "launch*"])
     assert "poprun_py._popdist_shim.popdist" in packages
     assert not any(p == "popdist" or p.startswith("popdist.") for p in packages)
-    assert os.path.isfile(os.path.join(envc.POPDIST_DIR, "popdist", "__init__.py"))
+    assert os.path.isfile(os.path.join(envc.SHIM_FOLDER, "popdist", "__init__.py"))

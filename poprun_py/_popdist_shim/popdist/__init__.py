@@ -58,8 +58,8 @@ if _spec is not None and _spec.loader is not None:  # the SDK's popdist takes th
     _spec.loader.exec_module(_sdk)
 elif _choice == "sdk":
     raise ImportError(
-        f"{_envc.POPDIST_CHOICE}=sdk but no PopDist SDK is importable from {sys.executable}: install the Poplar "
-        f"SDK's popdist wheel, or set {_envc.POPDIST_CHOICE}=ours (or auto) to use poprun_py's")
+        f"{_envc.CHOOSE_POPDIST}=sdk but no PopDist SDK is importable from {sys.executable}: install the Poplar "
+        f"SDK's popdist wheel, or set {_envc.CHOOSE_POPDIST}=ours (or auto) to use poprun_py's")
 else:
     import poprun_py as _runtime
 
