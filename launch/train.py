@@ -331,6 +331,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
         if t.lead:
             logger.warning("%s: stopped before the first update of %d; no checkpoint written (none needed).",
                            signal_name(signum), t.total_steps)
+        t.engine.comm.barrier()
         return code
     if t.saved_step != step:  # the cadence, an epoch's end or the resume may have given this update's already
         _save(t, log)
@@ -340,6 +341,9 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     if log is not None:
         log.write({"event": "stopped", "step": step, "signal": signal_name(signum)})
         log.close()
+    # Every instance leaves together, after instance 0 has written and said everything: a non-zero
+    # exit under a bare MPI launcher aborts the job (poprun_py.bootstrap), which must not cut it short.
+    t.engine.comm.barrier()
     return code
 
 
