@@ -20,8 +20,8 @@ import ctypes
 import numpy as np
 from numba.core import types
 
-from data import _jit as _compiler
-from data._jit import ENABLED, prange
+import jit as _compiler
+from jit import ENABLED, prange
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _NAMES = {"sgemm": "poprun_models_sgemm64", "dgemm": "poprun_models_dgemm64"}

@@ -27,7 +27,7 @@ import numpy as np
 
 from models import _blas_buffers
 from models import _blas_kernels as B
-from models import _jit
+from models import threads as _threads
 
 logger = logging.getLogger(__name__)
 _MIN_ROWS = 8192  # reductions over fewer rows than this are not split into partial sums
@@ -73,7 +73,7 @@ def _single_threaded_blas() -> None:
 
 def _workers() -> ThreadPoolExecutor | None:
     global _pool, _pool_size
-    n = _jit.get_num_threads()
+    n = _threads.get_num_threads()
     if _pool_size != n:
         if _pool_size == 0:
             _single_threaded_blas()
@@ -100,7 +100,7 @@ def _warm(threads: int) -> None:
     out = np.empty((a.shape[0], 64), np.float32)
     np.matmul(a[:64], b, out=out[:64])
     if _numba_blas and threads > 1:
-        _jit.use_threads(threads)
+        _threads.use_threads(threads)
         B.gemm(False, B.NO_TRANS, B.NO_TRANS, a.shape[0], 64, 272, a.ctypes.data, 272, b.ctypes.data, 64,
                out.ctypes.data, 64, threads, False)
     elif threads > 1:
@@ -141,7 +141,7 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
     m, k = a.shape
     n = b.shape[1]
     parts, by_columns = split(m, n, k)
-    _jit.use_threads(max(1, min(parts, threads)))
+    _threads.use_threads(max(1, min(parts, threads)))
     B.gemm(a.dtype == np.float64, la[0], lb[0], m, n, k, a.ctypes.data, la[1], b.ctypes.data, lb[1],
            out.ctypes.data, lc[1], parts, by_columns)
     return True

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models.threads import CONTRACT, jit
 from models._norm_kernels import RELU, SILU, silu_parts, wide_rows
 
 BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)

@@ -20,7 +20,8 @@ import numpy as np
 
 from numba.core import types
 
-from models._jit import ENABLED, jit, prange
+from jit import ENABLED, prange
+from models.threads import jit
 from models._vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2

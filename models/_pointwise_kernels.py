@@ -9,7 +9,7 @@ accumulators in vector registers, as in ``_direct_conv_kernels``: each step alon
 ``VEC`` weights (one or two 8-float vectors) and broadcasts one value per row, for
 ``TILE * VEC / 8`` FMAs; 6 x 16 (12 accumulators) and 12 x 8 (12 accumulators) leave room in
 AVX2's 16 registers for the weight vectors and a broadcast. LLVM's SLP vectoriser packs the
-unrolled block (see ``_jit``). The weight gradient uses the same block turned around: each
+unrolled block (see ``models.threads``). The weight gradient uses the same block turned around: each
 step is one row (pixel), broadcasting ``TILE`` adjacent values of ``a``'s row and loading
 ``VEC`` of ``b``'s, so 12 FMAs per 8 loads (the direct convolution's weight gradient, 4 x 16,
 does 8 per 6).
@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models import _jit
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models import threads as _threads
+from models.threads import CONTRACT, jit
 
 TILES = {16: 6, 8: 12}  # rows per tile for each register block width (12 accumulators each)
 ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every tile)
@@ -103,13 +104,13 @@ def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
     tail = m % tile
     if m >= tile:
         chunks = min(chunks, m // tile)
-        _jit.use_threads(min(chunks, _jit.get_num_threads()))
+        _threads.use_threads(min(chunks, _threads.get_num_threads()))
         run(a, w, y, chunks)
     if tail:
         pad = np.zeros((tile, a.shape[1]), a.dtype)
         pad[:tail] = a[m - tail:]
         out = np.empty((tile, y.shape[1]), y.dtype)
-        _jit.use_threads(1)  # (no fork and join of the other threads for one tile)
+        _threads.use_threads(1)  # (no fork and join of the other threads for one tile)
         run(pad, w, out, 1)
         y[m - tail:] = out[:tail]
 

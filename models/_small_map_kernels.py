@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from models._direct_conv_kernels import channel_block, vec_for
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models.threads import CONTRACT, jit
 
 SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
 GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes

@@ -28,7 +28,8 @@ from models import _conv_kernels as K
 from models import _direct_conv_kernels as D
 from models import _pointwise_kernels as P
 from models import _small_map_kernels as S
-from models import _gemm, _jit
+from models import _gemm
+from models import threads as _threads
 from models.layer import Layer, Shape
 from models.param import Param
 from models.profile import ConvShape
@@ -133,7 +134,7 @@ class Conv2d(Layer):
                 wt = self._temp("conv_weight", (self.cin, self.cout))
                 np.copyto(wt, w2.T)
                 P.matmul(np.ascontiguousarray(x).reshape(-1, self.cin), wt, y.reshape(-1, self.cout),
-                         _jit.get_num_threads())
+                         _threads.get_num_threads())
             else:
                 _gemm.matmul(x.reshape(-1, self.cin), w2.T, y.reshape(-1, self.cout))
         elif self.path == "depthwise":
@@ -169,7 +170,7 @@ class Conv2d(Layer):
         if pl < 0:
             x5, pl = x5[:, :, -pl:], 0
         ho, wo = D.phase_shape(y5.shape, phase)
-        chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * ho))
+        chunks = max(1, min(2 * _threads.get_num_threads(), y5.shape[0] * ho))
         kh, kw = w5.shape[1], w5.shape[2]
         tile = D.tile_for(D.vec_for(y5.shape[4]), wo)
         scratch = self._temp("conv_rows", (chunks, kh, x5.shape[3], D.scratch_width(wo, kw, sw, tile), x5.shape[4]))
@@ -207,7 +208,7 @@ class Conv2d(Layer):
             return None
         dx = self._input_grad_buf()
         if P.suits(m, self.cout, self.cin, self.dtype):
-            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _jit.get_num_threads())
+            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _threads.get_num_threads())
         else:
             _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx

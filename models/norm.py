@@ -15,7 +15,7 @@ import numpy as np
 
 from models import _group_norm_kernels as GK
 from models import _norm_kernels as K
-from models._jit import is_enabled
+from jit import is_enabled
 from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 

@@ -206,14 +206,14 @@ def test_vectorised_exp_is_accurate():
 
 
 def test_thread_cap_is_validated():
-    from models import _jit
+    from models import threads as _threads
 
     with pytest.raises(ValueError, match="set_num_threads"):
-        _jit.set_num_threads(0)
-    before = _jit.get_num_threads()
-    _jit.set_num_threads(1)
-    assert _jit.get_num_threads() == 1
-    _jit.set_num_threads(before)
+        _threads.set_num_threads(0)
+    before = _threads.get_num_threads()
+    _threads.set_num_threads(1)
+    assert _threads.get_num_threads() == 1
+    _threads.set_num_threads(before)
 
 
 def test_batch_norm_recomputing_sigmoid_in_backward_is_bitwise_keeping_it(monkeypatch):
