@@ -132,7 +132,7 @@ def ours(row: str, steps: int) -> dict:
     sec = _time(step, 2, steps)
     import numba
 
-    from models import _gemm
+    from models.kernels import gemm as _gemm
     return {"ms": sec * 1e3, "peak_rss_mib": _peak_rss_mib(), "flops": _row_flops(kind, what, res, batch),
             "target": _numba_target(),
             "threads": {"models": models.get_num_threads(), "numba": numba.get_num_threads(),

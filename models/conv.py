@@ -5,10 +5,10 @@ state_dict, so parameters and gradients need no conversion. Three paths:
 
 * pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view, through
   BLAS or, for the shapes where it is faster, register-blocked numba kernels
-  (``_pointwise_kernels.py``; the rules are ``suits`` and ``suits_weight_grad``);
+  (``kernels/pointwise.py``; the rules are ``suits`` and ``suits_weight_grad``);
 * depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
-  on the ``[N, H, W, G, Cg]`` view, no im2col (``_direct_conv_kernels.py``); the input gradient
+  on the ``[N, H, W, G, Cg]`` view, no im2col (``kernels/direct_conv.py``); the input gradient
   is a convolution of ``dy`` with the flipped kernel, one per stride phase;
 * everything else (regular, other grouped): im2col into reused per-group columns
   ``[G, N*Ho*Wo, KH*KW*Cg]``, then one batched GEMM; backward uses col2im.
@@ -24,12 +24,12 @@ import math
 
 import numpy as np
 
-from models import _conv_kernels as K
-from models import _direct_conv_kernels as D
-from models import _pointwise_kernels as P
-from models import _small_map_kernels as S
-from models import _gemm
-from models import threads as _threads
+from models.kernels import conv as K
+from models.kernels import direct_conv as D
+from models.kernels import pointwise as P
+from models.kernels import gemm as _gemm
+from models.kernels import small_map as S
+from models.kernels import threads as _threads
 from models.layer import Layer, Shape
 from models.param import Param
 from models.profile import ConvShape

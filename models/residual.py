@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit import prange
-from models.threads import jit
+from models.kernels.threads import jit
 from models.conv import Conv2d
 from models.conv_norm import NormSpec, conv_norm
 from models.layer import Layer, Sequential, Shape, release_consumed

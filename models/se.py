@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from jit import prange
-from models.threads import jit
+from models.kernels.threads import jit
 from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 from models.pool import spatial_mean

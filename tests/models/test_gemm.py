@@ -1,4 +1,4 @@
-"""models._gemm: products split in blocks (rows, columns, transposed operands) equal numpy's, and
+"""models.kernels.gemm: products split in blocks (rows, columns, transposed operands) equal numpy's, and
 the blocks, so the numbers, do not depend on the thread count."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numba
 import numpy as np
 import pytest
 
-from models import _gemm
-from models import threads as _threads
+from models.kernels import gemm as _gemm
+from models.kernels import threads as _threads
 
 
 @pytest.fixture

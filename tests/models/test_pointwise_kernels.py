@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import threads as _threads
-from models import _pointwise_kernels as P
+from models.kernels import threads as _threads
+from models.kernels import pointwise as P
 from models.conv import Conv2d
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from numba.core import types
 
 from jit import ENABLED, bitcast
-from models.threads import CONTRACT, jit
+from models.kernels.threads import CONTRACT, jit
 
 _LOG2E = 1.4426950408889634
 _ROUND = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer held in the low bits

@@ -10,7 +10,7 @@ threads does all the work.
 The symbols are looked up in numpy's own OpenBLAS (the 64-bit-integer build that numpy's wheels
 ship, ``scipy_cblas_sgemm64_`` / ``cblas_sgemm64_``) and registered with LLVM under fixed names,
 which keeps the kernel cacheable. :func:`bind` returns False when no such library is loaded;
-``_gemm`` then keeps its Python thread pool.
+``gemm`` then keeps its Python thread pool.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ than ``PARALLEL_MIN_ELEMS``: a parallel region costs a barrier, and on a busy ma
 simulated replicas per host) a barrier waits for a descheduled thread.
 
 Vectorisation: numba runs LLVM's loop vectoriser but leaves its SLP (straight-line) vectoriser
-off; the register-blocked kernels (``_direct_conv_kernels``) need it, because their fully
+off; the register-blocked kernels (``direct_conv``) need it, because their fully
 unrolled ``TILE x VEC`` accumulators only become vector registers through SLP packing. It is
 switched on here, for the compilations this process makes (SLP packs independent operations
 and reorders nothing, so results are bit-identical with it off). ``CONTRACT`` is the one

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from jit import prange
-from models.threads import jit
+from models.kernels.threads import jit
 
 
 @jit(parallel=True)

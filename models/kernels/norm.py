@@ -21,8 +21,8 @@ import numpy as np
 from numba.core import types
 
 from jit import ENABLED, prange
-from models.threads import jit
-from models._vmath import exp, exp_neg32
+from models.kernels.threads import jit
+from models.kernels.vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2
 
