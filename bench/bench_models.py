@@ -132,7 +132,7 @@ def ours(row: str, steps: int) -> dict:
     sec = _time(step, 2, steps)
     import numba
 
-    from models import _gemm
+    from models.kernels import gemm as _gemm
     return {"ms": sec * 1e3, "peak_rss_mib": _peak_rss_mib(), "flops": _row_flops(kind, what, res, batch),
             "target": _numba_target(),
             "threads": {"models": models.get_num_threads(), "numba": numba.get_num_threads(),
@@ -234,7 +234,7 @@ def _numba_target() -> str:
     import numba
     from llvmlite import binding
 
-    from data._jit import target_features, vector_width
+    from jit import target_features, vector_width
 
     features = target_features().split(",")
     isa = next((name for name in ("avx512f", "avx2", "avx", "sse4.2") if f"+{name}" in features), "baseline")
@@ -281,7 +281,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternate ours/torch this many times per row and keep each one's best")
     parser.add_argument("--vector-width", choices=("auto", "256", "512"),
-                        help="POPRUN_VECTOR_WIDTH for our kernels (data/_jit.py): on AVX-512 CPUs, run once with "
+                        help="POPRUN_VECTOR_WIDTH for our kernels (the jit package): on AVX-512 CPUs, run once with "
                              "each to compare (default: the environment's, else auto)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--framework", default="ours", help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """uint8 HDF5 image datasets and the host side of the emulated IPU I/O.
 
-Imports numpy, numba and h5py only (the converter CLI adds tqdm, and Pillow for image folders).
+Imports numpy, numba, h5py and the ``jit`` package only (the converter CLI adds tqdm, and Pillow for image folders).
 See docs/data.md for the file layout, the sharding policy and the loader contract.
 """
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data._jit import jit
 from data.sharding import hash3, uniform
+from jit import jit
 
 _FLIP_COUNTER = 1000
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from data._jit import hash3, jit, splitmix64
+from jit import jit
+from jit.hashing import hash3, splitmix64
 
 _S11 = np.uint64(11)
 

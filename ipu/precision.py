@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data._jit import ENABLED, float32_bits, float32_from_bits, hash3, jit, splitmix64
+from jit import ENABLED, float32_bits, float32_from_bits, jit
+from jit.hashing import hash3, splitmix64
 
 FP16_MAX = 65504.0
 LOSS_SCALE = 128.0  # docs/sources.md §1.2: Graphcore CNN default --loss-scaling 128 (static)

@@ -1,9 +1,9 @@
 """The numerics engine: NHWC layers with explicit backward passes, EfficientNet, ResNet and a dense net.
 
-Imports numpy and numba only.
+Imports numpy, numba and the ``jit`` package only.
 """
 
-from models._jit import get_num_threads, set_num_threads
+from models.kernels.threads import get_num_threads, set_num_threads
 from models.efficientnet import EfficientNetConfig, block_specs
 from models.io import load_state_dict_file, save_state_dict
 from models.loss import softmax_cross_entropy

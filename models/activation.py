@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models import _norm_kernels as K
-from models._jit import jit, prange
+from jit import prange
+from models.kernels import norm as K
+from models.kernels.threads import jit
 from models.layer import Layer, Shape
 
 _CODES = {"silu": 1, "relu": 2, "sigmoid": 3}

@@ -5,10 +5,10 @@ state_dict, so parameters and gradients need no conversion. Three paths:
 
 * pointwise (1x1, stride 1, no padding, groups 1): one GEMM on the ``[N*H*W, C]`` view, through
   BLAS or, for the shapes where it is faster, register-blocked numba kernels
-  (``_pointwise_kernels.py``; the rules are ``suits`` and ``suits_weight_grad``);
+  (``kernels/pointwise.py``; the rules are ``suits`` and ``suits_weight_grad``);
 * depthwise (groups == Cin == Cout): parallel numba kernels over ``[KH, KW, C]`` weights;
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
-  on the ``[N, H, W, G, Cg]`` view, no im2col (``_direct_conv_kernels.py``); the input gradient
+  on the ``[N, H, W, G, Cg]`` view, no im2col (``kernels/direct_conv.py``); the input gradient
   is a convolution of ``dy`` with the flipped kernel, one per stride phase;
 * everything else (regular, other grouped): im2col into reused per-group columns
   ``[G, N*Ho*Wo, KH*KW*Cg]``, then one batched GEMM; backward uses col2im.
@@ -24,11 +24,12 @@ import math
 
 import numpy as np
 
-from models import _conv_kernels as K
-from models import _direct_conv_kernels as D
-from models import _pointwise_kernels as P
-from models import _small_map_kernels as S
-from models import _gemm, _jit
+from models.kernels import conv as K
+from models.kernels import direct_conv as D
+from models.kernels import pointwise as P
+from models.kernels import gemm as _gemm
+from models.kernels import small_map as S
+from models.kernels import threads as _threads
 from models.layer import Layer, Shape
 from models.param import Param
 from models.profile import ConvShape
@@ -133,7 +134,7 @@ class Conv2d(Layer):
                 wt = self._temp("conv_weight", (self.cin, self.cout))
                 np.copyto(wt, w2.T)
                 P.matmul(np.ascontiguousarray(x).reshape(-1, self.cin), wt, y.reshape(-1, self.cout),
-                         _jit.get_num_threads())
+                         _threads.get_num_threads())
             else:
                 _gemm.matmul(x.reshape(-1, self.cin), w2.T, y.reshape(-1, self.cout))
         elif self.path == "depthwise":
@@ -169,7 +170,7 @@ class Conv2d(Layer):
         if pl < 0:
             x5, pl = x5[:, :, -pl:], 0
         ho, wo = D.phase_shape(y5.shape, phase)
-        chunks = max(1, min(2 * _jit.get_num_threads(), y5.shape[0] * ho))
+        chunks = max(1, min(2 * _threads.get_num_threads(), y5.shape[0] * ho))
         kh, kw = w5.shape[1], w5.shape[2]
         tile = D.tile_for(D.vec_for(y5.shape[4]), wo)
         scratch = self._temp("conv_rows", (chunks, kh, x5.shape[3], D.scratch_width(wo, kw, sw, tile), x5.shape[4]))
@@ -207,7 +208,7 @@ class Conv2d(Layer):
             return None
         dx = self._input_grad_buf()
         if P.suits(m, self.cout, self.cin, self.dtype):
-            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _jit.get_num_threads())
+            P.matmul(np.ascontiguousarray(dy2), w2, dx.reshape(-1, self.cin), _threads.get_num_threads())
         else:
             _gemm.matmul(dy2, w2, dx.reshape(-1, self.cin))
         return dx

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from models import _gemm
+from models.kernels import gemm as _gemm
 from models.layer import Layer, Shape
 from models.param import Param
 from models.profile import ConvShape

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models import _group_norm_kernels as GK
-from models import _norm_kernels as K
-from models._jit import is_enabled
+from jit import is_enabled
+from models.kernels import group_norm as GK
+from models.kernels import norm as K
 from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 
@@ -90,7 +90,7 @@ class BatchNorm2d(_Norm):
 
     Keeps: the input x, sigmoid(z) when the activation is SiLU (unless the tensor is large: see
     the module docstring), and the per-channel mean, inverse std and scale (tiled, see
-    ``_norm_kernels.wide_rows``).
+    ``kernels.norm.wide_rows``).
     """
 
     def __init__(self, name: str, block: str, channels: int, eps: float = 1e-3, momentum: float = 0.01,

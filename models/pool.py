@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models._jit import jit, prange
+from jit import prange
+from models.kernels.threads import jit
 from models.layer import Layer, Rng, Shape
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models._jit import jit, prange
+from jit import prange
+from models.kernels.threads import jit
 from models.conv import Conv2d
 from models.conv_norm import NormSpec, conv_norm
 from models.layer import Layer, Sequential, Shape, release_consumed

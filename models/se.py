@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from models._jit import jit, prange
+from jit import prange
+from models.kernels.threads import jit
 from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 from models.pool import spatial_mean

@@ -33,7 +33,7 @@ from poprun_py.shm import remove_own_segments
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 # The top-level packages this distribution installs: their modules never see the working directory.
-OWN_PACKAGES = ("poprun_py", "launch", "ipu", "models", "data")
+OWN_PACKAGES = ("poprun_py", "launch", "ipu", "models", "data", "jit")
 _NO_ARG_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-S", "-E", "-I", "-b", "-bb", "-q", "-R", "-P"}
 
 

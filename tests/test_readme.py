@@ -28,7 +28,7 @@ from poprun_py.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SHORT = "--set run.max_steps=20"
-PACKAGES = ("poprun_py", "ipu", "models", "data", "launch")
+PACKAGES = ("poprun_py", "ipu", "models", "data", "launch", "jit")
 
 
 @dataclass(frozen=True)

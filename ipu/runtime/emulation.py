@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ipu.precision import Float16Batch, PrecisionMode, get_precision, round_to_fp16_
-from data._jit import hash3
+from jit.hashing import hash3
 
 def rounding_seed(seed: int, update: int, param_index: int) -> int:
     """The stochastic-rounding seed of one parameter at one weight update (64 bits, stateless)."""

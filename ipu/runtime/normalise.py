@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from data._jit import jit
+from jit import jit
 
 
 @jit

@@ -27,7 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
-from data._jit import hash3, jit, splitmix64
+from jit import jit
+from jit.hashing import hash3, splitmix64
 from ipu.runtime.emulation import HalfRounder
 from ipu.runtime.mixing import Targets, cutmix, mixed_cross_entropy, mixup
 from ipu.runtime.normalise import normalise
@@ -80,7 +81,7 @@ def _stream_words(seed, step, key):
 def replica_rng(seed: int, step: int, replica: int, micro_batch: int,
                 reuse: np.random.Generator | None = None) -> np.random.Generator:
     """The random stream of one micro-batch of one replica at one weight update: PCG64 started at a
-    128-bit state and increment hashed from the four numbers (``data._jit.hash3``, then splitmix64).
+    128-bit state and increment hashed from the four numbers (``jit.hashing.hash3``, then splitmix64).
 
     ``reuse``: a PCG64 generator to restart in place and return (the replicas keep one per
     micro-batch). A new generator costs a ``SeedSequence`` whatever its seed: 50 us, and 145 us

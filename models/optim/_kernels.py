@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data import _jit as _compiler
+import jit as _compiler
 
 
 @_compiler.jit

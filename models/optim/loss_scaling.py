@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data._jit import ENABLED
+from jit import ENABLED
 from models.optim import _kernels
 from models.optim.optimizer_base import StateDict, check_keys
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import typed
 
-from data._jit import ENABLED
+from jit import ENABLED
 from models.optim import _kernels
 from models.optim.optimizer_base import Optimizer
 from models.param import Param, generation

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tiny_h5 import write_tiny
+from tests.data.tiny_h5 import write_tiny
 
 
 @pytest.fixture

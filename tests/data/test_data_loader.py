@@ -7,7 +7,7 @@ from data.augment import AugmentConfig
 from data.dataset import open_dataset
 from data.layout import DatasetError
 from data.loader import Batch, BatchSpec, Loader, evaluation_loader
-from tiny_h5 import row_ids, write_tiny
+from tests.data.tiny_h5 import row_ids, write_tiny
 
 
 @pytest.fixture

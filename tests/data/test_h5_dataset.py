@@ -5,7 +5,7 @@ import pytest
 from data.dataset import open_dataset, verify_dataset
 from data.layout import DatasetError, DatasetWriter
 
-from tiny_h5 import row_ids, write_tiny
+from tests.data.tiny_h5 import row_ids, write_tiny
 
 
 def test_round_trip_layout_and_attributes(tiny_file):

@@ -1,4 +1,4 @@
-"""``POPRUN_VECTOR_WIDTH``: the vector width numba's loops are compiled for (``data/_jit.py``).
+"""``POPRUN_VECTOR_WIDTH``: the vector width numba's loops are compiled for (``jit/__init__.py``).
 
 This machine may have no AVX-512, so the 512-bit case is compiled for a named AVX-512 CPU (numba's
 ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``) and checked in the assembly, never run.
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from data._jit import _vector_features
+from jit import _vector_features
 
 ROOT = Path(__file__).resolve().parents[2]
 AVX512 = "+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx2,+avx,+fma,+f16c,+sse4.2"
 PROBE = """
 import re, numpy as np, numba
-from data._jit import jit
+from jit import jit
 
 @jit(fastmath={"contract"})
 def axpy(a, x, y):

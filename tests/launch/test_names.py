@@ -1,5 +1,5 @@
-"""The commands are immune to a user's own ``models/``, ``data/``, ``launch/`` or ``ipu/`` package in
-the working directory: ``poprun-train`` alone and ``poprun_py ... python -m launch.train``."""
+"""The commands are immune to a user's own ``models/``, ``data/``, ``launch/``, ``ipu/`` or ``jit/``
+package in the working directory: ``poprun-train`` alone and ``poprun_py ... python -m launch.train``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SHORT = ["--config", "dense", "--set", "model.options={hidden: [16]}", "--set", 
 @pytest.fixture
 def foreign_dir(tmp_path) -> Path:
     """A project folder whose own top-level packages share our names and fail when imported."""
-    for name in ("models", "data", "launch", "ipu"):
+    for name in ("models", "data", "launch", "ipu", "jit"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ImportError('the working directory\\'s {name} was imported')\n")
     return tmp_path

@@ -104,7 +104,7 @@ def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path)
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs: one instance with 2 threads")
 def test_one_instance_with_two_threads_trains_bitwise_like_two_with_one(tmp_path):
     """poprun_py gives an instance one thread per CPU it owns: on 2 CPUs, 1 x 4 computes with 2
-    threads and 2 x 2 with 1 each; no split of the work may depend on that (models/_gemm.py)."""
+    threads and 2 x 2 with 1 each; no split of the work may depend on that (models/kernels/gemm.py)."""
     args = [*TOPOLOGY, "--set", "run.max_steps=6", "--set", "data.augment=false", "--set", "ipu.prefetch_depth=1"]
     free = {k: v for k, v in env().items() if not k.endswith("_NUM_THREADS")}  # the launcher decides
     states = []

@@ -1,4 +1,4 @@
-"""models._blas_buffers: the first pages of (what may be) OpenBLAS's work buffers get mapped, and
+"""models.kernels.blas_buffers: the first pages of (what may be) OpenBLAS's work buffers get mapped, and
 nothing in them changes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import mmap
 
 import pytest
 
-from models import _blas_buffers
+from models.kernels import blas_buffers
 
 PAGE = mmap.PAGESIZE
 
@@ -50,14 +50,14 @@ class Region:
 
 
 def test_each_buffer_of_a_mapping_gets_its_first_pages_mapped_and_keeps_its_contents():
-    size = 2 * _blas_buffers.BUFFER_BYTES  # two neighbouring buffers show as one mapping
+    size = 2 * blas_buffers.BUFFER_BYTES  # two neighbouring buffers show as one mapping
     region = Region(size)
     try:
-        starts = _blas_buffers.buffer_starts()
-        assert region.start in starts and region.start + _blas_buffers.BUFFER_BYTES in starts
+        starts = blas_buffers.buffer_starts()
+        assert region.start in starts and region.start + blas_buffers.BUFFER_BYTES in starts
         region[4096:4100] = b"keep"  # one page written, as a call would
         before = _resident_kib(region.start)
-        done = _blas_buffers.prefault(1 << 20)
+        done = blas_buffers.prefault(1 << 20)
         if done == 0:
             pytest.skip("madvise(MADV_POPULATE_WRITE) needs Linux 5.14 or later")
         assert _resident_kib(region.start) >= before + 2 * 1024 - 4  # 1 MiB more in each of the two buffers
@@ -68,8 +68,8 @@ def test_each_buffer_of_a_mapping_gets_its_first_pages_mapped_and_keeps_its_cont
 
 
 def test_a_mapping_that_is_not_whole_buffers_is_not_a_candidate():
-    region = Region(_blas_buffers.BUFFER_BYTES + PAGE)
+    region = Region(blas_buffers.BUFFER_BYTES + PAGE)
     try:
-        assert region.start not in _blas_buffers.buffer_starts()
+        assert region.start not in blas_buffers.buffer_starts()
     finally:
         region.close()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.models.gradcheck import check_layer
-from models import _direct_conv_kernels as D
+from models.kernels import direct_conv as D
 from models.conv import Conv2d, resolve_padding, same_pads
 
 

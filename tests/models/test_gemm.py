@@ -1,4 +1,4 @@
-"""models._gemm: products split in blocks (rows, columns, transposed operands) equal numpy's, and
+"""models.kernels.gemm: products split in blocks (rows, columns, transposed operands) equal numpy's, and
 the blocks, so the numbers, do not depend on the thread count."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numba
 import numpy as np
 import pytest
 
-from models import _gemm, _jit
+from models.kernels import gemm as _gemm
+from models.kernels import threads as _threads
 
 
 @pytest.fixture
@@ -16,14 +17,14 @@ def two_threads(monkeypatch):
     exports the ILP64 cblas symbols, as its wheels do) in ``calls``."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs NUMBA_NUM_THREADS >= 2 to split products")
-    old = _jit.get_num_threads()
-    _jit.set_num_threads(2)
+    old = _threads.get_num_threads()
+    _threads.set_num_threads(2)
     _gemm.pool_size()  # set up for 2 threads (and warm them: _gemm._warm) before counting
     calls = []
     gemm = _gemm.B.gemm
     monkeypatch.setattr(_gemm.B, "gemm", lambda *args: calls.append(args[-2:]) or gemm(*args))
     yield calls
-    _jit.set_num_threads(old)
+    _threads.set_num_threads(old)
 
 
 # (M, K, N): split by rows; few rows (split by columns); one block; odd sizes
@@ -31,22 +32,22 @@ SHAPES = [(4099, 64, 48), (24, 2000, 3000), (24, 700, 300), (37, 1500, 33)]
 
 
 def test_every_thread_is_warmed_once_per_thread_count(monkeypatch):
-    old = _jit.get_num_threads()
-    _jit.set_num_threads(1)
+    old = _threads.get_num_threads()
+    _threads.set_num_threads(1)
     _gemm.pool_size()  # set up (finds numpy's OpenBLAS) on one thread
     if not _gemm._numba_blas or numba.config.NUMBA_NUM_THREADS < 2:
-        _jit.set_num_threads(old)
+        _threads.set_num_threads(old)
         pytest.skip("needs numba's BLAS and NUMBA_NUM_THREADS >= 2")
     calls = []
     gemm = _gemm.B.gemm
     monkeypatch.setattr(_gemm.B, "gemm", lambda *args: calls.append(args[-2:]) or gemm(*args))
     try:
-        _jit.set_num_threads(2)
+        _threads.set_num_threads(2)
         _gemm.pool_size()
         _gemm.pool_size()
         assert calls == [(2, False)]  # one block per thread, once
     finally:
-        _jit.set_num_threads(old)
+        _threads.set_num_threads(old)
 
 
 def test_the_split_is_a_function_of_the_shape():
@@ -107,10 +108,10 @@ def test_one_and_two_threads_give_bitwise_the_same_products(m, k, n):
     rng = np.random.default_rng(k)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((n, k)).astype(np.float32).T  # a weight's transposed view, as the layers pass it
-    old, got = _jit.get_num_threads(), []
+    old, got = _threads.get_num_threads(), []
     try:
         for threads in (1, 2):
-            _jit.set_num_threads(threads)
+            _threads.set_num_threads(threads)
             out = np.empty((m, n), np.float32)
             tn = np.empty((k, n), np.float32)
             _gemm.matmul(a, b, out)
@@ -118,7 +119,7 @@ def test_one_and_two_threads_give_bitwise_the_same_products(m, k, n):
                             np.empty(_gemm.scratch_shape(k, n), np.float32))
             got.append((out.tobytes(), tn.tobytes()))
     finally:
-        _jit.set_num_threads(old)
+        _threads.set_num_threads(old)
     assert got[0] == got[1]
 
 

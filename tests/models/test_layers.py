@@ -192,7 +192,7 @@ def test_dropout_masks_scales_and_is_identity_in_eval():
 def test_vectorised_exp_is_accurate():
     import numba
 
-    from models._vmath import exp
+    from models.kernels.vmath import exp
 
     @numba.njit(error_model="numpy")
     def apply(x, y):
@@ -206,14 +206,14 @@ def test_vectorised_exp_is_accurate():
 
 
 def test_thread_cap_is_validated():
-    from models import _jit
+    from models.kernels import threads as _threads
 
     with pytest.raises(ValueError, match="set_num_threads"):
-        _jit.set_num_threads(0)
-    before = _jit.get_num_threads()
-    _jit.set_num_threads(1)
-    assert _jit.get_num_threads() == 1
-    _jit.set_num_threads(before)
+        _threads.set_num_threads(0)
+    before = _threads.get_num_threads()
+    _threads.set_num_threads(1)
+    assert _threads.get_num_threads() == 1
+    _threads.set_num_threads(before)
 
 
 def test_batch_norm_recomputing_sigmoid_in_backward_is_bitwise_keeping_it(monkeypatch):
@@ -237,14 +237,14 @@ def test_batch_norm_recomputing_sigmoid_in_backward_is_bitwise_keeping_it(monkey
     assert all(a.tobytes() == b.tobytes() for a, b in zip(runs[0][2], runs[1][2]))
 
 
-@pytest.mark.parametrize("act", [0, 1, 2])  # none, SiLU, ReLU (models._norm_kernels codes)
+@pytest.mark.parametrize("act", [0, 1, 2])  # none, SiLU, ReLU (models.kernels.norm codes)
 @pytest.mark.parametrize("shape", [(3, 196, 8), (2, 49, 48), (4, 1, 288), (2, 15, 7), (1, 4096, 16)])
 def test_group_norm_forward_on_widened_rows_is_bitwise_the_row_kernel(shape, act):
     """group_affine_act reads each image as rows of several pixels (a row of 8 channels would not
     vectorise) and splits big images into blocks; per image it must give bitwise what the
     per-row kernel (batch norm's affine_act, per-column parameters) gives."""
-    import models._group_norm_kernels as GK
-    import models._norm_kernels as K
+    import models.kernels.group_norm as GK
+    import models.kernels.norm as K
 
     rng = np.random.default_rng(7)
     n, m, c = shape

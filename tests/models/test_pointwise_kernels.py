@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import _jit
-from models import _pointwise_kernels as P
+from models.kernels import threads as _threads
+from models.kernels import pointwise as P
 from models.conv import Conv2d
 
 
 @pytest.fixture(params=[1, 2], ids=["1thr", "2thr"])
 def threads(request):
-    before = _jit.get_num_threads()
-    _jit.set_num_threads(min(request.param, before))
-    yield _jit.get_num_threads()
-    _jit.set_num_threads(before)
+    before = _threads.get_num_threads()
+    _threads.set_num_threads(min(request.param, before))
+    yield _threads.get_num_threads()
+    _threads.set_num_threads(before)
 
 
 # (M, K, N): tiles that divide M or leave a ragged tail, fewer rows than one tile, K over

@@ -5,11 +5,11 @@ activations (NHWC pixels as rows) and a ``[K, N]`` weight, and the weight gradie
 The forward pass is ``x @ W`` and the input gradient ``dy @ W^T``: the same kernel, given the
 weight in ``[Cin, Cout]`` or in its stored ``[Cout, Cin]`` order. Register block: ``TILE`` rows
 of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), the ``TILE x VEC``
-accumulators in vector registers, as in ``_direct_conv_kernels``: each step along K loads
+accumulators in vector registers, as in ``direct_conv``: each step along K loads
 ``VEC`` weights (one or two 8-float vectors) and broadcasts one value per row, for
 ``TILE * VEC / 8`` FMAs; 6 x 16 (12 accumulators) and 12 x 8 (12 accumulators) leave room in
 AVX2's 16 registers for the weight vectors and a broadcast. LLVM's SLP vectoriser packs the
-unrolled block (see ``_jit``). The weight gradient uses the same block turned around: each
+unrolled block (see ``threads``). The weight gradient uses the same block turned around: each
 step is one row (pixel), broadcasting ``TILE`` adjacent values of ``a``'s row and loading
 ``VEC`` of ``b``'s, so 12 FMAs per 8 loads (the direct convolution's weight gradient, 4 x 16,
 does 8 per 6).
@@ -25,7 +25,7 @@ tiled loop has no bounds tests. The weight gradient splits the rows into runs wi
 ``[K, N]`` each (summed by the caller, in a fixed order), and sums blocks of ``PIXELS_BLOCK``
 rows in registers between two additions into the partial. Products are contracted to FMAs
 (``fastmath={"contract"}``), as BLAS does. Nothing is cached but the compiled kernels (one per
-register block and kind, built by a factory as in ``_direct_conv_kernels``).
+register block and kind, built by a factory as in ``direct_conv``).
 
 Measured against OpenBLAS's sgemm (Haswell kernels) on Zen 1: about 85 % of a core's FMA peak
 with the operands in cache, a little below BLAS there, and at par or ahead where BLAS's packing
@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models import _jit
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models.kernels import threads as _threads
+from models.kernels.threads import CONTRACT, jit
 
 TILES = {16: 6, 8: 12}  # rows per tile for each register block width (12 accumulators each)
 ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every tile)
@@ -103,13 +104,13 @@ def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
     tail = m % tile
     if m >= tile:
         chunks = min(chunks, m // tile)
-        _jit.use_threads(min(chunks, _jit.get_num_threads()))
+        _threads.use_threads(min(chunks, _threads.get_num_threads()))
         run(a, w, y, chunks)
     if tail:
         pad = np.zeros((tile, a.shape[1]), a.dtype)
         pad[:tail] = a[m - tail:]
         out = np.empty((tile, y.shape[1]), y.dtype)
-        _jit.use_threads(1)  # (no fork and join of the other threads for one tile)
+        _threads.use_threads(1)  # (no fork and join of the other threads for one tile)
         run(pad, w, out, 1)
         y[m - tail:] = out[:tail]
 

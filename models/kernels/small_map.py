@@ -1,5 +1,5 @@
 """numba kernels for grouped (G16) convolutions on small feature maps, where the pixel-tiled
-kernels of ``_direct_conv_kernels`` waste most of their work.
+kernels of ``direct_conv`` waste most of their work.
 
 On a 3 x 3 map under a 5 x 5 kernel only 9 of the 25 taps of a pixel fall inside the image,
 and the tiled weight gradient, which sums a few pixels per register flush, spends its time
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models._direct_conv_kernels import channel_block, vec_for
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models.kernels.direct_conv import channel_block, vec_for
+from models.kernels.threads import CONTRACT, jit
 
 SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
 GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes
@@ -31,7 +32,7 @@ def suits_group_weight_grad(ho: int, wo: int, groups: int, cg: int, cog: int) ->
     """Whether the weight gradient goes through :func:`group_weight_grad`: small feature maps
     (at most ``SMALL_MAP`` output pixels per image) with ``MIN_GROUPS`` groups or more (the work
     items), whose input channels are whole channel blocks. A rule on the shape alone (see
-    ``_gemm``). Measured on Zen 1, 2 threads, every G16 layer of B4-G16-GN (96 px, batch 8) and
+    ``gemm``). Measured on Zen 1, 2 threads, every G16 layer of B4-G16-GN (96 px, batch 8) and
     B0-G16-GN (64 px, batch 64): 0.2-0.9x the chunked kernel's time on maps of 12 x 12 and
     less (B4's 3 x 3 maps under 5 x 5 kernels: 2.0 against 4.2 ms); at par or slower on larger
     maps and with 6 groups or fewer; the weight gradients of those two models together 99 ->

@@ -19,8 +19,8 @@ import math
 import numpy as np
 from numba.core import types
 
-from data._jit import bitcast
-from models._jit import CONTRACT, ENABLED, jit
+from jit import ENABLED, bitcast
+from models.kernels.threads import CONTRACT, jit
 
 _LOG2E = 1.4426950408889634
 _ROUND = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer held in the low bits

@@ -5,7 +5,7 @@ numba kernels that follow for the same cores (badly so on a shared or busy host)
 product run here switches numpy's OpenBLAS to one thread (process-wide, via its
 ``*_set_num_threads`` symbol, as threadpoolctl does) and splits large products into blocks of
 rows (or of columns, when there are few rows) over ``get_num_threads()`` threads: numba's own,
-each calling ``cblas_?gemm`` from a parallel loop (``_blas_kernels``), when numpy's OpenBLAS
+each calling ``cblas_?gemm`` from a parallel loop (``blas``), when numpy's OpenBLAS
 exports it; otherwise a pool of Python threads (numpy releases the GIL; idle threads block).
 
 **The blocks depend on the shapes only, never on the thread count.** OpenBLAS's result for an
@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from models import _blas_buffers
-from models import _blas_kernels as B
-from models import _jit
+from models.kernels import blas_buffers
+from models.kernels import blas as B
+from models.kernels import threads as _threads
 
 logger = logging.getLogger(__name__)
 _MIN_ROWS = 8192  # reductions over fewer rows than this are not split into partial sums
@@ -73,7 +73,7 @@ def _single_threaded_blas() -> None:
 
 def _workers() -> ThreadPoolExecutor | None:
     global _pool, _pool_size
-    n = _jit.get_num_threads()
+    n = _threads.get_num_threads()
     if _pool_size != n:
         if _pool_size == 0:
             _single_threaded_blas()
@@ -84,23 +84,23 @@ def _workers() -> ThreadPoolExecutor | None:
         _pool_size = n
         _warm(n)  # every thread's first product: OpenBLAS reserves that thread's work buffer
         if _blas:  # numpy's BLAS is OpenBLAS
-            _blas_buffers.prefault()
+            blas_buffers.prefault()
     return _pool
 
 
 def _warm(threads: int) -> None:
     """One small product on the calling thread and on each of numba's threads (``threads`` blocks),
-    so that each takes its OpenBLAS work buffer before ``_blas_buffers.prefault`` maps the first
+    so that each takes its OpenBLAS work buffer before ``blas_buffers.prefault`` maps the first
     pages of the buffers. (Session 5 saw a thread's "first products" of some shapes run 3x slower,
     call after call, until a product with a short reduction had run: that product had written the
-    buffer pages the slow shapes' prefetches fell into; see ``_blas_buffers``.)"""
+    buffer pages the slow shapes' prefetches fell into; see ``blas_buffers``.)"""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64 * max(threads, 1), 272)).astype(np.float32)
     b = rng.standard_normal((272, 64)).astype(np.float32)
     out = np.empty((a.shape[0], 64), np.float32)
     np.matmul(a[:64], b, out=out[:64])
     if _numba_blas and threads > 1:
-        _jit.use_threads(threads)
+        _threads.use_threads(threads)
         B.gemm(False, B.NO_TRANS, B.NO_TRANS, a.shape[0], 64, 272, a.ctypes.data, 272, b.ctypes.data, 64,
                out.ctypes.data, 64, threads, False)
     elif threads > 1:
@@ -141,7 +141,7 @@ def _numba_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int) -> 
     m, k = a.shape
     n = b.shape[1]
     parts, by_columns = split(m, n, k)
-    _jit.use_threads(max(1, min(parts, threads)))
+    _threads.use_threads(max(1, min(parts, threads)))
     B.gemm(a.dtype == np.float64, la[0], lb[0], m, n, k, a.ctypes.data, la[1], b.ctypes.data, lb[1],
            out.ctypes.data, lc[1], parts, by_columns)
     return True

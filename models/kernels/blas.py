@@ -10,7 +10,7 @@ threads does all the work.
 The symbols are looked up in numpy's own OpenBLAS (the 64-bit-integer build that numpy's wheels
 ship, ``scipy_cblas_sgemm64_`` / ``cblas_sgemm64_``) and registered with LLVM under fixed names,
 which keeps the kernel cacheable. :func:`bind` returns False when no such library is loaded;
-``_gemm`` then keeps its Python thread pool.
+``gemm`` then keeps its Python thread pool.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import ctypes
 import numpy as np
 from numba.core import types
 
-from data import _jit as _compiler
-from data._jit import ENABLED, prange
+import jit as _compiler
+from jit import ENABLED, prange
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _NAMES = {"sgemm": "poprun_models_sgemm64", "dgemm": "poprun_models_dgemm64"}

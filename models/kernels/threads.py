@@ -1,8 +1,8 @@
 """The thread policy of the parallel kernels in ``models/``, on top of the project's numba switch.
 
 Every hot kernel in ``models/`` is written once as plain Python over numpy arrays and wrapped
-with :func:`jit`, which compiles through ``data._jit`` (the one owner of ``POPRUN_JIT``: set
-it to 0 to run every kernel uncompiled; ``prange`` then degrades to ``range``).
+with :func:`jit`, which compiles through the :mod:`jit` package (the one owner of ``POPRUN_JIT``:
+set it to 0 to run every kernel uncompiled; ``prange`` then degrades to ``range``).
 
 Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's, i.e.
 ``NUMBA_NUM_THREADS`` or the core count), but on one thread when their first array is smaller
@@ -10,7 +10,7 @@ than ``PARALLEL_MIN_ELEMS``: a parallel region costs a barrier, and on a busy ma
 simulated replicas per host) a barrier waits for a descheduled thread.
 
 Vectorisation: numba runs LLVM's loop vectoriser but leaves its SLP (straight-line) vectoriser
-off; the register-blocked kernels (``_direct_conv_kernels``) need it, because their fully
+off; the register-blocked kernels (``direct_conv``) need it, because their fully
 unrolled ``TILE x VEC`` accumulators only become vector registers through SLP packing. It is
 switched on here, for the compilations this process makes (SLP packs independent operations
 and reorders nothing, so results are bit-identical with it off). ``CONTRACT`` is the one
@@ -25,8 +25,8 @@ import threading
 
 import numba
 
-from data import _jit as _compiler
-from data._jit import ENABLED, is_enabled, prange
+import jit as _compiler
+from jit import ENABLED
 
 PARALLEL_MIN_ELEMS = 1 << 17
 _max_threads = numba.config.NUMBA_NUM_THREADS
@@ -60,7 +60,7 @@ def use_threads(n: int) -> None:
 
 
 def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
-    """Compile a kernel (``data._jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
+    """Compile a kernel (``jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
     parallel one runs on one thread when its first array has fewer than ``min_elems`` elements
     (0 for kernels that do much work per element)."""
 
@@ -82,5 +82,4 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: in
     return wrap
 
 
-__all__ = ["ENABLED", "PARALLEL_MIN_ELEMS", "get_num_threads", "is_enabled", "jit", "prange", "set_num_threads",
-           "use_threads"]
+__all__ = ["CONTRACT", "PARALLEL_MIN_ELEMS", "get_num_threads", "jit", "set_num_threads", "use_threads"]

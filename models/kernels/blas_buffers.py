@@ -11,7 +11,7 @@ Measured on a 2-core KVM guest (AMD EPYC Zen 1, numpy's OpenBLAS 0.3.31, Haswell
 thread): ``[128, 320] @ [320, 1000]`` (a classifier) took 7.3 ms per call, for good, until the
 first megabytes of the buffer were mapped, then 2.6-3.0 ms; a tiny-G16-GN training step went from
 131-136 to 109-117 ms. Until some larger product happened to write those pages, the slow state
-lasted: what ``_gemm._warm`` had found as a thread's "first products" of some shapes.
+lasted: what ``gemm._warm`` had found as a thread's "first products" of some shapes.
 
 So once the threads that run products have computed one (and so taken their buffers), ``prefault``
 maps the first ``PREFAULT_BYTES`` of each buffer with ``madvise(MADV_POPULATE_WRITE)`` (Linux

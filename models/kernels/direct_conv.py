@@ -5,7 +5,7 @@ Arrays are viewed with the group split out: activations ``[N, H, W, G, Cg]``, we
 for widths that are odd multiples of 8) at a time, and ``TILE`` neighbouring output pixels of
 one row share every weight load: the ``TILE x VEC`` accumulators stay in vector registers, which
 LLVM's SLP vectoriser packs once the two innermost loops have constant trip counts (see
-``_jit``). ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
+``threads``). ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
 built by a factory and cached like any other; the tile is chosen per call from the row width
 (:func:`tile_for`). Each thread copies the input rows it is about to read into a small
 zero-padded scratch, so every pixel (borders included, and images narrower than a tile) runs the
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models._jit import CONTRACT, jit, prange
+from jit import prange
+from models.kernels.threads import CONTRACT, jit
 
 VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
 # Output pixels per tile, per register block, each with its time per computed pixel relative to
@@ -62,7 +63,7 @@ def tile_for(vec: int, wo: int) -> int:
 
 def channel_block(vec: int) -> int:
     """Input channels per register block (CB x VEC = 64 accumulators) of the small-map weight
-    gradient (``_small_map_kernels``); :func:`weight_grad` blocks by taps (:func:`tap_block`)."""
+    gradient (``small_map``); :func:`weight_grad` blocks by taps (:func:`tap_block`)."""
     return 64 // vec
 
 

@@ -1,11 +1,15 @@
-"""The one switch between numba-compiled and plain-Python kernels, for every package.
+"""The house's numba layer: the one switch between compiled and plain-Python kernels, and the
+vector width they are compiled for, for every package with kernels (``data/``, ``models/``, ``ipu/``).
 
-Every hot kernel in ``models/``, ``data/`` and ``ipu/`` is written once as plain Python over numpy
-arrays and compiled through :func:`jit` (nopython, cached on disk, GIL released, no fastmath,
-numpy's error model). ``POPRUN_JIT=0`` (read here and nowhere else) runs them all uncompiled (slow,
-but steppable in a debugger); :data:`prange` then degrades to ``range``. It lives in ``data/``, the
-lowest package with kernels, because the loader must stay importable with numpy, numba and h5py
-alone; ``models/`` and ``ipu/`` compile through it too.
+Every hot kernel is written once as plain Python over numpy arrays and compiled through :func:`jit`
+(nopython, cached on disk, GIL released, no fastmath, numpy's error model). ``POPRUN_JIT=0`` (read
+here and nowhere else) runs them all uncompiled (slow, but steppable in a debugger); :data:`prange`
+then degrades to ``range``. :mod:`jit.hashing` holds the counter hash the kernels share.
+
+It is a package of its own, below ``data/`` and ``models/``, rather than a module of ``poprun_py/``
+(the launcher's package, also in the lowest layer): the loader must stay importable with numpy,
+numba and h5py alone, without importing the launcher's package, and the launcher must start
+without numpy or numba. It imports none of the project's packages.
 
 ``POPRUN_VECTOR_WIDTH`` (read here too: ``auto``, the default, ``256`` or ``512``) picks the vector
 width LLVM compiles the kernels' loops for. On CPUs with AVX-512, LLVM's tuning for most of them
@@ -16,10 +20,6 @@ registers), ``256`` sets it. It is a run-time choice, not measured for speed yet
 machine was available): compare with ``bench/bench_models.py --vector-width``. A different width
 is another numba target, cached apart. It should change no result, as no kernel lets LLVM reorder
 a sum, but that too is untested on an AVX-512 CPU.
-
-:func:`splitmix64` (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA
-2014) is the one 64-bit mixer that the data order, the augmentation draws and the stochastic
-rounding hash their counters with.
 """
 
 from __future__ import annotations
@@ -89,21 +89,6 @@ def jit(fn: Callable | None = None, *, parallel: bool = False, fastmath: frozens
     return wrap(fn) if fn is not None else wrap
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-
-
-@jit
-def splitmix64(x: np.uint64) -> np.uint64:
-    """One splitmix64 step: a bijective 64-bit mixer of ``x`` (uint64 arithmetic, wrapping)."""
-    z = np.uint64(x) + _GOLDEN
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    return z ^ (z >> _S31)
-
-
 def bitcast(src, dst):
     """A numba intrinsic reinterpreting the bits of a ``src`` scalar as a ``dst`` of the same width
     (numba types): an LLVM bitcast, a register move that vectorises. An integer argument of
@@ -137,13 +122,5 @@ else:
         return np.uint32(int(x) & 0xFFFFFFFF).view(np.float32)
 
 
-@jit
-def hash3(a: int, b: int, c: int) -> np.uint64:
-    """A 64-bit hash of three non-negative integers (seed, epoch, sample id; seed, update, parameter)."""
-    h = splitmix64(np.uint64(a))
-    h = splitmix64(h ^ np.uint64(b))
-    return splitmix64(h ^ np.uint64(c))
-
-
-__all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "hash3", "is_enabled",
-           "jit", "prange", "splitmix64", "target_features", "vector_width"]
+__all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "is_enabled", "jit",
+           "prange", "target_features", "vector_width"]

@@ -20,8 +20,9 @@ import numpy as np
 
 from numba.core import types
 
-from models._jit import ENABLED, jit, prange
-from models._vmath import exp, exp_neg32
+from jit import ENABLED, prange
+from models.kernels.threads import jit
+from models.kernels.vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2
 

@@ -2,7 +2,7 @@
 
 Statistics: one pass per image with float64 accumulators of ``x - shift`` (``shift`` the
 image's first pixel, per channel), combined exactly per group, so nothing cancels; as in
-``_norm_kernels.column_moments``. Forward writes per image and channel ``mu + mu_lo`` (the float64
+``norm.column_moments``. Forward writes per image and channel ``mu + mu_lo`` (the float64
 mean split into two working-precision numbers) and ``a = invstd * gamma``, which
 ``group_affine_act`` applies, on each image seen as rows of at least 64 values (``wide_rows``).
 Backward works per image: elementwise products in the working precision, their sums over pixels
@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from models._jit import CONTRACT, jit, prange
-from models._norm_kernels import RELU, SILU, silu_parts, wide_rows
+from jit import prange
+from models.kernels.norm import RELU, SILU, silu_parts, wide_rows
+from models.kernels.threads import CONTRACT, jit
 
 BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)
 
@@ -72,7 +73,7 @@ def _tile(values, k, out):
 def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) for x, y [N, HW, C], mu, mu_lo, a [N, C],
     beta [C]; with SiLU and ``keep`` also sig = sigmoid(z). Element by element the arithmetic of
-    ``_norm_kernels._affine_row`` (bitwise the same results; its loops are written out here because
+    ``norm._affine_row`` (bitwise the same results; its loops are written out here because
     calling it per row, even with numba's ``inline="always"``, took 1.5-3x as long on these short
     rows); each image is read as rows of ``wide_rows`` pixels, in blocks of about ``BLOCK_ELEMS``
     values."""

@@ -1,0 +1,74 @@
+"""The import direction below ``ipu/``: ``models/``, ``data/`` and ``jit/`` never import the
+launcher, the device model or MPI; ``data/`` never imports ``models/``; the kernels
+(``models/kernels/``) import no layer; ``jit/`` imports none of the project's packages. Every
+module of each package is read, subpackages included, and imports inside functions count too.
+(Named apart from ``tests/ipu/test_layering.py``: test modules share one namespace.)"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = ("poprun_py", "launch", "ipu", "models", "data", "jit")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved)."""
+    package = _module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+            module = ".".join(x for x in (base, node.module) if x)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)  # ``from models import conv``
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def offenders(package: str, forbidden, root: Path = ROOT) -> dict[str, list[str]]:
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        bad = sorted(m for m in imported_modules(path, root) if forbidden(m))
+        if bad:
+            found[str(path.relative_to(root))] = bad
+    return found
+
+
+def _under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize("package", ["models", "data", "jit"])
+def test_engine_packages_import_no_launcher_device_model_or_mpi(package):
+    assert offenders(package, lambda m: _under(m, "mpi4py", "launch", "ipu")) == {}
+
+
+def test_data_does_not_import_models():
+    assert offenders("data", lambda m: _under(m, "models")) == {}
+
+
+def test_kernels_import_no_layer():
+    assert offenders("models/kernels", lambda m: _under(m, "models") and not _under(m, "models.kernels")) == {}
+
+
+def test_jit_imports_none_of_the_project():
+    assert offenders("jit", lambda m: _under(m, *[p for p in PROJECT if p != "jit"])) == {}
+
+
+def test_the_rules_see_a_violation(tmp_path):
+    """The checker finds an import of a layer from inside a function, and a relative one."""
+    kernels = tmp_path / "models" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "bad.py").write_text("def f():\n    from models.conv import Conv2d\n\nfrom .. import norm\n")
+    found = offenders("models/kernels", lambda m: _under(m, "models") and not _under(m, "models.kernels"), tmp_path)
+    assert found == {"models/kernels/bad.py": ["models", "models.conv", "models.conv.Conv2d", "models.norm"]}
