@@ -169,8 +169,6 @@ class RunConfig:
     evaluate: bool = True
     plots: bool = True
     progress_bar: bool = True
-    kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
-    pause_at_step: int = 0  # test hook: every instance waits after this update for a stop signal, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
     tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
     tensorboard_every: int = 25  # updates per TensorBoard training point (their mean); metrics.jsonl has every one
@@ -178,7 +176,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.epochs > 0:
             raise ValueError(f"run.epochs={self.epochs!r} must be > 0")
-        for name in ("max_steps", "checkpoint_every", "checksum_every", "kill_at_step", "pause_at_step", "seed"):
+        for name in ("max_steps", "checkpoint_every", "checksum_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
         if self.gradient_dtype not in ("float32", "float64"):

@@ -41,19 +41,27 @@ DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", 
          "--set", "loss_scaling.initial_scale=128", "--set", "ema.decay=0.9"]
 
 
-def env() -> dict[str, str]:
+def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
     out.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), **extra)
     return out
 
 
-def train(args: list[str], run_dir: Path, instances: int = 0, replicas: int = 4, launcher: list[str] = ()):
+def train(args: list[str], run_dir: Path, instances: int = 0, replicas: int = 4, launcher: list[str] = (),
+          fault: str = ""):
+    """``fault``: a ``POPRUN_FAULT`` for this run (it fires in the first attempt only)."""
     cmd = [sys.executable, "-m", "launch.train", *args, "--set", f"run.run_dir={run_dir}"]
     if instances:
         cmd = [sys.executable, "-m", "poprun_py", "--num-instances", str(instances), "--num-replicas", str(replicas),
                *launcher, *cmd]
-    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=240)
+    extra = {"POPRUN_FAULT": fault} if fault else {}
+    return subprocess.run(cmd, cwd=ROOT, env=env(**extra), capture_output=True, text=True, timeout=240)
+
+
+# Instance 0 dies by SIGKILL, as in a crash, right after weight update 46 (the update after checkpoint 45);
+# the resumed run, without the variable, starts from checkpoint 45.
+KILL_AFTER_45 = "instance=0,at=step 46,signal=KILL"
 
 
 def ok(proc) -> None:
@@ -129,10 +137,10 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp_path):
-    killed = train([*DENSE, "--set", "run.kill_at_step=45"], tmp_path)
+    killed = train(DENSE, tmp_path, fault=KILL_AFTER_45)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert ckpt.find_latest(tmp_path).name == "ckpt-00000045.h5"
-    resumed = train([*DENSE, "--set", "run.kill_at_step=45", "--resume", "auto"], tmp_path)
+    resumed = train([*DENSE, "--resume", "auto"], tmp_path)
     ok(resumed)
     assert "Resumed from" in resumed.stderr
     want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
@@ -144,7 +152,8 @@ def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp
 
 
 def test_launcher_restarts_a_crashed_job_from_its_checkpoint(uninterrupted, tmp_path):
-    proc = train([*DENSE, "--set", "run.kill_at_step=20"], tmp_path, instances=2, launcher=["--max-restarts", "1"])
+    # the restart (POPRUN_RESTART_COUNT=1) is not hit again
+    proc = train(DENSE, tmp_path, instances=2, launcher=["--max-restarts", "1"], fault="instance=0,at=step 21")
     ok(proc)
     assert f"from {tmp_path}/checkpoints/ckpt-00000020.h5: update 20" in proc.stderr + proc.stdout
     want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
