@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 # numba's parallel kernels run on OpenMP; threads that spin while waiting slow training several
-# times over when cores are shared (see poprun_py/placement.py). Set before numba loads OpenMP.
+# times over when cores are shared (see poprun_py/cpu_binding.py). Set before numba loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # A stop request (SIGUSR1, Slurm's warning before a time limit or preemption) may come while the
