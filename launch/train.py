@@ -8,7 +8,7 @@
 
 Alone, one instance runs all ``data.replicas`` replicas. Under ``poprun_py`` each instance runs
 its local replicas on its share of every global batch, and the launcher's replica count is the
-run's (:func:`launch.config.distribute`). Each run has a folder of its own (``run.run_dir``; the
+run's (:func:`launch.distribute.distribute`). Each run has a folder of its own (``run.run_dir``; the
 named configs number them, ``runs/<name>/{n}``: see ``launch.run_dir``). Instance 0 writes
 ``identity.json``, ``metrics.jsonl``, checkpoints, ``loss.png``, ``accuracy.png`` and
 ``summary.json`` there and shows the progress bar. ``--resume auto`` is the default when the
@@ -50,8 +50,9 @@ from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
 from launch import run_dir as rundir
 from launch.build import Training, build_training
-from launch.config import SECTIONS, distribute, load_config, override_keys, placement
+from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
+from launch.distribute import distribute, placement
 from launch.entry import EXIT_INTERRUPTED
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.build import build_training
-from launch.config import placement
+from launch.distribute import placement
 from launch.study.grid import Group, Study, make_point
 from launch.study.point import point_config
 from launch.study.trajectory import (SNAPSHOTS_FILE, Plane, grid_axes, load_snapshots, load_surface, loss_surface,
