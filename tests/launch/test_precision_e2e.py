@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_train_e2e import DENSE, KILL_AFTER_45, final_state, losses, ok, train
 
 from ipu.runtime.emulation import is_float16
+from tests.launch.train_runs import DENSE, KILL_AFTER_45, final_state, losses, ok, train
 
 HALF = [*DENSE, "--set", "ipu.emulate_precision=true", "--set", "ipu.precision='16.16'"]
 

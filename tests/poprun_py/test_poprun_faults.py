@@ -6,11 +6,11 @@ import subprocess
 import sys
 
 import pytest
-from launcher_helpers import ROOT, launcher_env
 
 from poprun_py.env import read_fault
 from poprun_py.errors import EnvironmentContractError
 from poprun_py.faults import EVERY, WAIT, Fault, parse_fault
+from tests.poprun_py.launcher_helpers import ROOT, launcher_env
 
 
 def test_a_fault_is_read_from_its_text_and_written_back():
