@@ -104,7 +104,8 @@ def interleaved(args, extra: tuple[str, ...]) -> dict[str, dict[str, float]]:
     import models
     import poprun_py as popdist
     from launch.build import build_training
-    from launch.config import load_config, placement
+    from launch.config import load_config
+    from launch.distribute import placement
     from poprun_py.comm import LoopbackComm
 
     models.set_num_threads(1)  # as each instance of the job (its threads line above)

@@ -1,8 +1,9 @@
 """The training configuration: nested frozen dataclasses, named presets in ``configs.yml``.
 
     cfg = load_config("default", ["optim.momentum=0.8", "run.epochs=2"])
-    cfg = distribute(cfg, dist := popdist.init())  # the launcher's replicas and system, checked
-    where = placement(cfg, dist)                    # this instance's replicas (poprun_py's InstanceInfo)
+
+Under the launcher, ``launch.distribute`` fits the configuration to the launcher's replicas and
+system and gives this instance's placement.
 
 Each YAML entry has the sections below (``data``, ``model``, ``optim``, ``schedule``,
 ``loss_scaling``, ``ema``, ``ipu``, ``run``); a field left out keeps its default. YAML anchors
@@ -17,10 +18,9 @@ the numerics engine's own configs (``models.optim``, ``models.optim.loss_scaling
 from __future__ import annotations
 
 import dataclasses
-import logging
 import types
 import typing
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,8 @@ from launch.config_keys import suggest
 from models.optim.loss_scaling import LossScaleConfig
 from models.optim import OptimConfig
 from models.optim.schedules import ScheduleConfig, lr_from_exponent
-from poprun_py.topology import InstanceInfo, single_instance
 
 CONFIGS_FILE = Path(__file__).with_name("configs.yml")
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class DataConfig:
 
     Global batch = ``micro_batch * grad_accum * replicas``. ``replicas`` is the total when the
     program runs alone; under the launcher its ``--num-replicas`` wins, unless ``data.replicas`` is
-    given on the command line, which must then agree (see :func:`distribute`).
+    given on the command line, which must then agree (see :func:`launch.distribute.distribute`).
     """
 
     path: str = "data/fashion-mnist-subset.h5"
@@ -169,8 +167,6 @@ class RunConfig:
     evaluate: bool = True
     plots: bool = True
     progress_bar: bool = True
-    kill_at_step: int = 0  # test hook: SIGKILL after this update's checkpoint, unless resumed
-    pause_at_step: int = 0  # test hook: every instance waits after this update for a stop signal, unless resumed
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
     tensorboard: bool | str = "auto"  # TensorBoard event files: auto (when tensorboardX is installed), true, false
     tensorboard_every: int = 25  # updates per TensorBoard training point (their mean); metrics.jsonl has every one
@@ -178,7 +174,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.epochs > 0:
             raise ValueError(f"run.epochs={self.epochs!r} must be > 0")
-        for name in ("max_steps", "checkpoint_every", "checksum_every", "kill_at_step", "pause_at_step", "seed"):
+        for name in ("max_steps", "checkpoint_every", "checksum_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
         if self.gradient_dtype not in ("float32", "float64"):
@@ -391,49 +387,3 @@ def _describe(options: tuple) -> str:
     words = [_KINDS.get(t, "a list" if (typing.get_origin(t) or t) is tuple else getattr(t, "__name__", str(t)))
              for t in options]
     return " or ".join(dict.fromkeys(words))
-
-
-def distribute(cfg: TrainConfig, dist, pinned: frozenset[str] = frozenset()) -> TrainConfig:
-    """Check the config against the launcher's placement (a ``poprun_py`` ``DistInfo``).
-
-    Under the launcher its ``--num-replicas``, ``--ipus-per-replica`` and ``--system`` are the
-    hardware. The replica count is the launcher's: the config's ``data.replicas`` gives way (with a
-    warning naming the global batch), unless ``pinned`` (the keys given on the command line,
-    :func:`override_keys`) holds ``data.replicas``; then the two must agree, since the global batch
-    (and with ``lr_exponent`` the learning rate) depends on them. An empty ``ipu.system`` takes the
-    launcher's. Alone, one instance runs all ``data.replicas`` replicas (:func:`placement`).
-    """
-    if not dist.is_set:
-        return cfg
-    if dist.num_total_replicas != cfg.data.replicas and "data.replicas" in pinned:
-        raise ValueError(
-            f"the launcher runs {dist.num_total_replicas} replicas but --set data.replicas="
-            f"{cfg.data.replicas} asks for {cfg.data.replicas}; launch with --num-replicas {cfg.data.replicas} "
-            f"or leave data.replicas out (the launcher's count is used)")
-    if dist.num_total_replicas != cfg.data.replicas:
-        data = replace(cfg.data, replicas=dist.num_total_replicas)
-        logger.warning("The launcher runs %d replicas; the configuration's data.replicas=%d gives way: global batch "
-                       "%d instead of %d (launch with --num-replicas %d for the configuration's batch).",
-                       dist.num_total_replicas, cfg.data.replicas, cfg.data.micro_batch * cfg.data.grad_accum
-                       * data.replicas, cfg.global_batch, cfg.data.replicas)
-        cfg = replace(cfg, data=data)
-    if dist.ipus_per_replica != cfg.ipu.ipus_per_replica:
-        raise ValueError(
-            f"the launcher gives {dist.ipus_per_replica} IPUs per replica but the config has "
-            f"ipu.ipus_per_replica={cfg.ipu.ipus_per_replica}; launch with --ipus-per-replica "
-            f"{cfg.ipu.ipus_per_replica} or pass --set ipu.ipus_per_replica={dist.ipus_per_replica}")
-    system = cfg.ipu.system
-    if dist.system and system and dist.system.upper() != system.upper():
-        raise ValueError(
-            f"the launcher runs on {dist.system} but the config has ipu.system={system}; launch with "
-            f"--system {system.upper()} or pass --set ipu.system={dist.system} (or --set ipu.system='' to take "
-            "the launcher's)")
-    return replace(cfg, ipu=replace(cfg.ipu, system=system or dist.system))
-
-
-def placement(cfg: TrainConfig, dist) -> InstanceInfo:
-    """This instance's placement: the launcher's (under ``poprun_py``), else one instance that
-    runs all ``data.replicas`` replicas. Call it on the result of :func:`distribute`."""
-    if dist.is_set:
-        return dist.placement
-    return single_instance(cfg.data.replicas, cfg.ipu.ipus_per_replica, cfg.ipu.system)

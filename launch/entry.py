@@ -26,4 +26,4 @@ def train() -> int:
 
 
 def study() -> int:
-    return _run("launch.study", "poprun-study")
+    return _run("launch.study.cli", "poprun-study")

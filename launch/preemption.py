@@ -11,11 +11,8 @@ update, writes the same checkpoint and exits with status 0. ``--resume auto`` co
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import threading
-import time
 
 import numpy as np
 
@@ -46,31 +43,6 @@ class StopRequest:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
             raise KeyboardInterrupt  # Ctrl-C twice: stop now, without waiting for the update's end
         self.signum = signum
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until a stop signal has been recorded (at once if one has) or ``timeout`` seconds
-        pass; the signal number, or 0. Main thread only, with ``install`` done.
-
-        The signal may reach any thread of the process, while Python runs the handler in the main
-        thread only, once that thread runs again. So the wait is on a pipe that the interpreter
-        writes one byte to whenever any signal arrives (``signal.set_wakeup_fd``): a signal that
-        came before the wait leaves its byte, and the handler has run by the time the loop
-        checks again."""
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        previous = signal.set_wakeup_fd(write)
-        try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.signum:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not select.select([read], [], [], left)[0]:
-                    break
-                os.read(read, 4096)
-        finally:
-            signal.set_wakeup_fd(previous)
-            os.close(read)
-            os.close(write)
-        return self.signum
 
     def agreed(self, comm) -> int:
         """The signal number if any instance has been asked to stop, else 0 (collective)."""

@@ -46,8 +46,8 @@ RUN_FILES = ("identity.json", "metrics.jsonl", "summary.json")  # besides checkp
 # memory fit and the POD prediction read. Everything else decides the numbers it computes.
 MAY_CHANGE_ON_RESUME = frozenset({
     "run.epochs", "run.max_steps", "run.run_dir", "run.checkpoint_every", "run.keep_checkpoints",
-    "run.checksum_every", "run.evaluate", "run.plots", "run.progress_bar", "run.kill_at_step",
-    "run.pause_at_step", "run.tensorboard", "run.tensorboard_every", "run.checkpoint_on_interrupt",
+    "run.checksum_every", "run.evaluate", "run.plots", "run.progress_bar", "run.tensorboard",
+    "run.tensorboard_every", "run.checkpoint_on_interrupt",
     "data.cache", "data.eval_micro_batch", "ipu.prefetch_depth", "ipu.device_iterations", "ipu.check_fit",
     "ipu.system", "ipu.num_hosts", "ipu.chip", "ipu.available_memory_proportion", "ipu.num_io_tiles",
 })

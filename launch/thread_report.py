@@ -3,7 +3,7 @@
 An instance's compute has three thread pools that can oversubscribe a host between them: numba's
 (the models' kernels), the BLAS library's (OpenBLAS, or MKL) and OpenMP's (the threading layer
 numba runs on, and torch's when loaded). ``poprun_py`` sets one thread per CPU an instance owns
-(``poprun_py/placement.py``); this reads what the libraries actually run with, through
+(``poprun_py/cpu_binding.py``); this reads what the libraries actually run with, through
 threadpoolctl when it is installed (the ``test`` extra), and ``os.sched_getaffinity`` for the CPUs.
 :func:`gather_thread_report` collects every instance's counts onto every instance (one small
 all-gather), so the run summary can show them side by side and say whether the instances of one

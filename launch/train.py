@@ -8,7 +8,7 @@
 
 Alone, one instance runs all ``data.replicas`` replicas. Under ``poprun_py`` each instance runs
 its local replicas on its share of every global batch, and the launcher's replica count is the
-run's (:func:`launch.config.distribute`). Each run has a folder of its own (``run.run_dir``; the
+run's (:func:`launch.distribute.distribute`). Each run has a folder of its own (``run.run_dir``; the
 named configs number them, ``runs/<name>/{n}``: see ``launch.run_dir``). Instance 0 writes
 ``identity.json``, ``metrics.jsonl``, checkpoints, ``loss.png``, ``accuracy.png`` and
 ``summary.json`` there and shows the progress bar. ``--resume auto`` is the default when the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 # numba's parallel kernels run on OpenMP; threads that spin while waiting slow training several
-# times over when cores are shared (see poprun_py/placement.py). Set before numba loads OpenMP.
+# times over when cores are shared (see poprun_py/cpu_binding.py). Set before numba loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # A stop request (SIGUSR1, Slurm's warning before a time limit or preemption) may come while the
@@ -50,8 +50,9 @@ from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
 from launch import run_dir as rundir
 from launch.build import Training, build_training
-from launch.config import SECTIONS, distribute, load_config, override_keys, placement
+from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
+from launch.distribute import distribute, placement
 from launch.entry import EXIT_INTERRUPTED
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts
@@ -181,7 +182,7 @@ def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) 
     bar = _progress_bar(t, lead)
     try:
         with _logs_around(bar):
-            return _loop(t, log, bar, lead, resumed, stop, comm)
+            return _loop(t, log, bar, lead, stop, comm)
     finally:
         if log is not None:  # a run that fails keeps the lines of every update it made
             log.flush()
@@ -196,7 +197,7 @@ def _logs_around(bar):
     return logging_redirect_tqdm()
 
 
-def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | None, comm) -> int:
+def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm) -> int:
     cfg, e = t.cfg, t.engine
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
@@ -235,16 +236,13 @@ def _loop(t: Training, log, bar, lead: bool, resumed: bool, stop: StopRequest | 
                 if lead:
                     bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             loop.seconds += time.perf_counter() - begin
-            _maybe_pause(t, resumed, stop)
             tick = now
             if t.loader.position[0] > epoch or e.step >= t.total_steps:
                 break
             if cfg.run.checkpoint_every and e.step % cfg.run.checkpoint_every == 0:
                 _save(t, log)
-                _maybe_kill(t, resumed)
         batches.close()  # stops the loader's producer if the run ends inside an epoch
         val = _end_of_epoch(t, epoch, log)  # evaluate, then checkpoint (a resume never skips an evaluation)
-        _maybe_kill(t, resumed)
         tick = time.perf_counter()
     bar.close()
     return _finish(t, log, val, time.perf_counter() - started, e.step - first_step, loop)
@@ -345,24 +343,6 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
     # exit under a bare MPI launcher aborts the job (poprun_py.bootstrap), which must not cut it short.
     t.engine.comm.barrier()
     return code
-
-
-def _maybe_kill(t: Training, resumed: bool) -> None:
-    """Test hook ``run.kill_at_step``: instance 0 dies by SIGKILL, as in a crash, unless resumed."""
-    if t.cfg.run.kill_at_step and t.engine.step == t.cfg.run.kill_at_step and not resumed and t.lead:
-        logger.warning("run.kill_at_step=%d: sending SIGKILL to myself (pid %d).", t.engine.step, os.getpid())
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _maybe_pause(t: Training, resumed: bool, stop: StopRequest | None) -> None:
-    """Test hook ``run.pause_at_step``: unless resumed, every instance waits after that update until
-    it has been asked to stop (SIGUSR1), so that a test knows the request lands in the next update.
-    The log line tells the test that the instance is waiting (its handler is in place)."""
-    if t.cfg.run.pause_at_step and t.engine.step == t.cfg.run.pause_at_step and not resumed and stop is not None:
-        logger.warning("run.pause_at_step=%d: pid %d waits for a stop signal.", t.engine.step, os.getpid())
-        sys.stderr.flush()
-        stop.wait()
 
 
 def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int,

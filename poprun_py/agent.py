@@ -34,7 +34,7 @@ from poprun_py.config import LaunchConfig
 from poprun_py.errors import plural
 from poprun_py.lines import FRAME, LINE, LineSplitter
 from poprun_py.oom import oom_kill_count, was_oom_kill
-from poprun_py.placement import numa_nodes, spread_cpus, thread_env
+from poprun_py.cpu_binding import numa_nodes, spread_cpus, thread_env
 from poprun_py.processes import (
     become_subreaper,
     child_preexec,

@@ -225,7 +225,7 @@ def read_fault(environ: Mapping[str, str]) -> Fault | None:
     except ValueError as err:
         raise EnvironmentContractError(f"{FAULT}={raw!r}: {err}") from None
     here = (_int(environ, INSTANCE_INDEX, 0), _int(environ, RESTART_COUNT, 0))
-    return fault if (fault.instance, fault.attempt) == here else None
+    return fault if fault.hits(*here) else None
 
 
 def popdist_choice(environ: Mapping[str, str]) -> str:

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from launch.config import TrainConfig, distribute, from_dict, load_config, override_keys, placement
+from launch.config import TrainConfig, from_dict, load_config, override_keys
+from launch.distribute import distribute, placement
 from poprun_py.env import DistInfo
 from poprun_py.topology import InstanceInfo, single_instance
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_train_e2e import DENSE, final_state, losses, ok, train
 
 from ipu.runtime.emulation import is_float16
+from tests.launch.train_runs import DENSE, KILL_AFTER_45, final_state, losses, ok, train
 
 HALF = [*DENSE, "--set", "ipu.emulate_precision=true", "--set", "ipu.precision='16.16'"]
 
@@ -29,9 +29,9 @@ def test_16_16_checkpoints_hold_float16_weights_and_momentum(uninterrupted_half)
 
 
 def test_16_16_kill_and_resume_is_bitwise(uninterrupted_half, tmp_path):
-    killed = train([*HALF, "--set", "run.kill_at_step=45"], tmp_path)
+    killed = train(HALF, tmp_path, fault=KILL_AFTER_45)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    ok(train([*HALF, "--set", "run.kill_at_step=45", "--resume", "auto"], tmp_path))
+    ok(train([*HALF, "--resume", "auto"], tmp_path))
     want, got = final_state(uninterrupted_half, 50), final_state(tmp_path, 50)
     assert set(got) == set(want)
     for key in want:

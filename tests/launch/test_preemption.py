@@ -43,26 +43,6 @@ def test_sigusr1_is_recorded_not_fatal_and_every_instance_agrees():
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_wait_returns_once_a_stop_signal_arrives_from_any_thread():
-    """The ``run.pause_at_step`` wait: a signal that came before it, or one another thread sends
-    while it waits (whichever happens first), ends it; without one it ends at its timeout with 0."""
-    import threading
-
-    previous = signal.getsignal(signal.SIGUSR1)
-    try:
-        assert StopRequest().install().wait(timeout=0) == 0
-        early = StopRequest().install()
-        os.kill(os.getpid(), signal.SIGUSR1)
-        assert early.wait() == signal.SIGUSR1
-        late = StopRequest().install()
-        sender = threading.Thread(target=signal.raise_signal, args=(signal.SIGUSR1,))
-        sender.start()
-        assert late.wait(timeout=60) == signal.SIGUSR1
-        sender.join()
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-
-
 def test_the_votes_ride_in_the_gradient_all_reduce_and_every_instance_reads_the_same_sum():
     """Two engines as two instances: one all-reduce per update carries gradients, metrics and flags."""
     from ipu.runtime.engine import Engine

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from launch.study_grid import (choose_lr, count_points, groups, load_study, make_point, pod_split, scaled_lr,
+from launch.study.grid import (choose_lr, count_points, groups, load_study, make_point, pod_split, scaled_lr,
                                split_batch, study_from_dict, sweep_candidates, variants_of)
-from launch.trajectory import grid_axes, pca_plane, snapshot_every
+from launch.study.trajectory import grid_axes, pca_plane, snapshot_every
 
 
 def test_split_batch_exact():
@@ -110,7 +110,7 @@ def test_pca_plane_recovers_a_planar_path():
 
 
 def test_a_summary_counts_the_failures_at_the_chosen_rate_only():
-    from launch.study_report import summarise
+    from launch.study.report import summarise
 
     study = _study(batches=[8], seeds=[0, 1])
     def row(lr, seed, phase, status="ok", acc=0.8):

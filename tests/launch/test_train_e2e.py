@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 
 from launch import checkpoint as ckpt
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.launch.train_runs import DENSE, KILL_AFTER_45, ROOT, env, evaluations, final_state, losses, ok, train
 
 # A tiny EfficientNet with batch norm (replica-local statistics), dropout, drop-connect, mixup and
 # cutmix: everything whose randomness or state could depend on the instance split.
@@ -33,49 +32,6 @@ TOPOLOGY = ["--config", "default", "--set", "model.name=efficientnet-tiny",
             "--set", "run.max_steps=20", "--set", "run.evaluate=false", "--set", "run.plots=false",
             "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "ipu.prefetch_depth=0",
             "--set", "schedule.warmup_epochs=0", "--set", "schedule.warmup_steps=5"]
-
-# 39 updates an epoch: the 50-update runs cross an epoch end (evaluation, checkpoint, EMA).
-DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", "data.micro_batch=64",
-         "--set", "run.max_steps=50", "--set", "run.checkpoint_every=5", "--set", "run.plots=false",
-         "--set", "run.progress_bar=false", "--set", "run.checksum_every=5",
-         "--set", "loss_scaling.initial_scale=128", "--set", "ema.decay=0.9"]
-
-
-def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
-    out.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT))
-    return out
-
-
-def train(args: list[str], run_dir: Path, instances: int = 0, replicas: int = 4, launcher: list[str] = ()):
-    cmd = [sys.executable, "-m", "launch.train", *args, "--set", f"run.run_dir={run_dir}"]
-    if instances:
-        cmd = [sys.executable, "-m", "poprun_py", "--num-instances", str(instances), "--num-replicas", str(replicas),
-               *launcher, *cmd]
-    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=240)
-
-
-def ok(proc) -> None:
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-
-
-def losses(run_dir: Path) -> np.ndarray:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in lines if r["event"] == "step"]
-    assert [r["step"] for r in steps] == list(range(len(steps)))
-    return np.array([r["loss"] for r in steps])
-
-
-def final_state(run_dir: Path, steps: int = 20) -> dict[str, np.ndarray]:
-    arrays, meta = ckpt.load_checkpoint(ckpt.find_latest(run_dir))
-    assert meta["step"] == steps
-    return arrays
-
-
-def evaluations(run_dir: Path) -> list[dict]:
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if r["event"] == "eval"]
 
 
 def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path):
@@ -129,10 +85,10 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp_path):
-    killed = train([*DENSE, "--set", "run.kill_at_step=45"], tmp_path)
+    killed = train(DENSE, tmp_path, fault=KILL_AFTER_45)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert ckpt.find_latest(tmp_path).name == "ckpt-00000045.h5"
-    resumed = train([*DENSE, "--set", "run.kill_at_step=45", "--resume", "auto"], tmp_path)
+    resumed = train([*DENSE, "--resume", "auto"], tmp_path)
     ok(resumed)
     assert "Resumed from" in resumed.stderr
     want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)
@@ -144,7 +100,8 @@ def test_sigkill_and_resume_end_with_bitwise_the_same_weights(uninterrupted, tmp
 
 
 def test_launcher_restarts_a_crashed_job_from_its_checkpoint(uninterrupted, tmp_path):
-    proc = train([*DENSE, "--set", "run.kill_at_step=20"], tmp_path, instances=2, launcher=["--max-restarts", "1"])
+    # the restart (POPRUN_RESTART_COUNT=1) is not hit again
+    proc = train(DENSE, tmp_path, instances=2, launcher=["--max-restarts", "1"], fault="instance=0,at=step 21")
     ok(proc)
     assert f"from {tmp_path}/checkpoints/ckpt-00000020.h5: update 20" in proc.stderr + proc.stdout
     want, got = final_state(uninterrupted, 50), final_state(tmp_path, 50)

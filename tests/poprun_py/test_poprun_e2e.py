@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from poprun_py.oom import oom_kill_count
-from launcher_helpers import ROOT, assert_no_leftovers, launcher_env, poprun, start_poprun, write_script
+from tests.poprun_py.launcher_helpers import ROOT, assert_no_leftovers, launcher_env, poprun, start_poprun, write_script
 
 TOUCH = """
 import json, os, sys

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from launcher_helpers import assert_no_leftovers, launcher_env, poprun, write_script
+
+from tests.poprun_py.launcher_helpers import assert_no_leftovers, launcher_env, poprun, write_script
 
 FAKE_SSH = Path(__file__).with_name("fake_ssh.py")
 

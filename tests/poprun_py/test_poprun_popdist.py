@@ -11,7 +11,7 @@ import pytest
 
 from poprun_py import env as envc
 from poprun_py.mpi_command import find_mpiexec
-from launcher_helpers import ROOT, launcher_env, poprun, write_script
+from tests.poprun_py.launcher_helpers import ROOT, launcher_env, poprun, write_script
 
 # As Graphcore's PopDist documentation writes it: the import line unchanged.
 TUTORIAL = """\

@@ -23,7 +23,7 @@ import pytest
 from poprun_py.mpi_command import find_mpiexec
 from poprun_py.processes import processes_with_env, start_sweeper, sweep_also
 from poprun_py.shm import SCAN_AT_S, SCAN_EVERY_S, SegmentTracker, mapped_segments, remove_segments
-from launcher_helpers import ROOT, launcher_env, write_script
+from tests.poprun_py.launcher_helpers import ROOT, launcher_env, write_script
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm") or not os.path.isdir("/proc/self"),
                                 reason="needs Linux /dev/shm and /proc")

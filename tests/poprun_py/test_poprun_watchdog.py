@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
-from launcher_helpers import ROOT, assert_no_leftovers, launcher_env, write_script
 
 from poprun_py.watchdog import deadline, hang_message, start_watchdog, unread_bytes, wait_until_read
+from tests.poprun_py.launcher_helpers import ROOT, assert_no_leftovers, launcher_env, write_script
 
 
 def test_a_rank_waiting_in_a_collective_gives_the_culprit_a_head_start():

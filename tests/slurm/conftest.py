@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, leftover_processes, skip_reason
-from slurm_jobs import DENSE, ROOT, job_env
+
+from tests.slurm.slurm_cluster import SlurmCluster, leftover_processes, skip_reason
+from tests.slurm.slurm_jobs import DENSE, ROOT, job_env
 
 _started: list[SlurmCluster] = []
 

@@ -1,4 +1,4 @@
-"""A one-node Slurm cluster in a scratch directory, for tests (by hand: ``python tests/slurm/slurm_cluster.py``).
+"""A one-node Slurm cluster in a scratch directory, for tests (by hand: ``python -m tests.slurm.slurm_cluster``).
 
 Everything lives under one folder: a munge key of its own and munged on its own socket, a
 ``slurm.conf`` with non-default ports, the controller's state, slurmd's spool, pid and log files.
@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from events import Events
+from tests.slurm.events import Events
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
 
@@ -191,8 +191,8 @@ class SlurmCluster:
         epilog.write_text(f"""#!{sys.executable}
 import os, sys
 try:
-    sys.path.insert(0, {str(Path(__file__).parent)!r})
-    from slurm_cluster import remove_mpich_segments
+    sys.path.insert(0, {str(Path(__file__).parents[2])!r})  # a script of its own: the repository's tests package
+    from tests.slurm.slurm_cluster import remove_mpich_segments
     remove_mpich_segments(int(os.environ["SLURM_JOB_ID"]))
 except Exception as err:
     print("epilog:", repr(err), file=sys.stderr)

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from slurm_cluster import SlurmCluster
 
 from launch import checkpoint as ckpt
+from tests.slurm.slurm_cluster import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

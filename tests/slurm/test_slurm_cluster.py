@@ -7,8 +7,9 @@ import tempfile
 
 import psutil
 import pytest
-from slurm_cluster import SlurmCluster, leftover_processes, skip_reason
-from slurm_jobs import job_state, submit
+
+from tests.slurm.slurm_cluster import SlurmCluster, leftover_processes, skip_reason
+from tests.slurm.slurm_jobs import job_state, submit
 
 
 def test_a_cluster_with_a_running_job_stops_leaving_nothing(tmp_path):

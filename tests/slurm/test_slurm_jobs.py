@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, sbatch
+
+from tests.slurm.slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, sbatch
 
 JOBS_DIR = ROOT / "launch" / "jobs"
 

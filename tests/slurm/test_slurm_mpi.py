@@ -13,8 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from slurm_cluster import kvs_hash, mpich_segments
-from slurm_jobs import ROOT, job_env, sbatch
+
+from tests.slurm.slurm_cluster import kvs_hash, mpich_segments
+from tests.slurm.slurm_jobs import ROOT, job_env, sbatch
 
 ALLREDUCE = ("import numpy as np\nfrom mpi4py import MPI\n"
              "a = np.ones(3)\nMPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, a)\n"

@@ -2,7 +2,7 @@
 resumes from that checkpoint and ends bitwise equal to an uninterrupted run.
 
 ``slurm_srun.sh`` as written (its ``#SBATCH --requeue --open-mode=append --signal=B:USR1@120``).
-Both tasks wait after update 3 until they are asked to stop (``run.pause_at_step``), and say so in
+Both tasks wait after update 3 until they are asked to stop (``POPRUN_FAULT``'s ``signal=WAIT``), and say so in
 the job's output; then ``scancel --batch --signal=USR1`` reaches srun, which passes SIGUSR1 to both
 tasks; the training agrees on the update to stop after, writes the checkpoint and exits 0.
 ``scontrol requeue`` puts the job back in the queue (Slurm holds a requeued job for two minutes; the
@@ -12,21 +12,20 @@ script's ``--resume auto`` continues the run. Every wait is on an event (``Slurm
 
 from __future__ import annotations
 
-from events import wait_for_exits
-from slurm_cluster import leftover_processes
-from slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, submit
-
 from launch import checkpoint as ckpt
+from tests.slurm.events import wait_for_exits
+from tests.slurm.slurm_cluster import leftover_processes
+from tests.slurm.slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, submit
 
-WAITING = "run.pause_at_step=3: pid"
+WAITING = "poprun_py: injected fault: SIGUSR1 awaited by instance * (pid"
 
 
 def test_a_stopped_job_checkpoints_and_resumes_bitwise_after_requeue(slurm, launcher_reference, tmp_path):
     run_dir = tmp_path / "run"
-    # Both tasks wait after update 3 until SIGUSR1 arrives (run.pause_at_step), so the request
+    # Both tasks wait after update 3 until SIGUSR1 arrives (POPRUN_FAULT, signal=WAIT), so the request
     # surely lands in update 4; they announce the wait in the job's output (stderr, merged).
     job = submit(slurm, *TWO_TASKS, str(ROOT / "launch" / "jobs" / "slurm_srun.sh"), "dense", *DENSE,
-                 "--set", f"run.run_dir={run_dir}", "--set", "run.pause_at_step=3", cwd=tmp_path)
+                 "--set", f"run.run_dir={run_dir}", cwd=tmp_path, POPRUN_FAULT="instance=*,at=step 3,signal=WAIT")
     output = tmp_path / f"slurm-{job}.out"
     slurm.wait(lambda: output.exists() and output.read_text().count(WAITING) == 2, 180,
                "both tasks to wait after update 3", tmp_path)

@@ -1,7 +1,7 @@
 """A study's trajectories picture: the chosen runs of one arm, every batch size, on one loss surface.
 
 The runs are those of the study's ``trajectory`` arm in its first variant with the trajectory seed,
-at each batch size's chosen learning rate; their weight snapshots (``launch.trajectory``) give the
+at each batch size's chosen learning rate; their weight snapshots (``launch.study.trajectory``) give the
 PCA plane, and the validation loss on a grid of that plane is evaluated by a real training setup
 (``launch.build.build_training`` and its engine's ``evaluate``) so the numbers are the runs' own.
 Collective under ``poprun_py``: instance 0 computes the plane and broadcasts it.
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from launch.build import build_training
-from launch.config import placement
-from launch.study_grid import Group, Study, make_point
-from launch.study_point import point_config
-from launch.trajectory import (SNAPSHOTS_FILE, Plane, grid_axes, load_snapshots, load_surface, loss_surface,
+from launch.distribute import placement
+from launch.study.grid import Group, Study, make_point
+from launch.study.point import point_config
+from launch.study.trajectory import (SNAPSHOTS_FILE, Plane, grid_axes, load_snapshots, load_surface, loss_surface,
                                pca_plane, plot_trajectories, save_surface)
 
 logger = logging.getLogger(__name__)

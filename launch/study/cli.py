@@ -1,16 +1,16 @@
 """Run a batch-size / optimizer study: ``poprun-study NAME [--quick] [--out DIR]`` (``python -m launch.study``).
 
-    poprun-study sgd-vs-adam                                 # the grid of launch/studies.yml
+    poprun-study sgd-vs-adam                                 # the grid of launch/study/studies.yml
     poprun-study sgd-vs-adam --quick                         # a tiny grid, a few updates (the tests)
     poprun_py --num-instances 2 --num-replicas 2 poprun-study sgd-vs-adam
     poprun-study sgd-vs-adam --report                        # tables and pictures from the rows so far
     poprun-study sgd-vs-adam lars-large-batch --docs docs/studies.md
 
-Every point of the grid is a real training run (``launch.study_point``) written as one JSON row
+Every point of the grid is a real training run (``launch.study.point``) written as one JSON row
 to ``DIR/results.jsonl`` (default ``runs/studies/NAME``). Points already there are skipped, so a
 killed study continues where it stopped (a killed point resumes from its last epoch); a point
 that fails is recorded with its error and the study goes on (``--retry-failed`` runs those again).
-At the end: the trajectories picture and ``DIR/results.md`` with the pictures (``launch.study_report``).
+At the end: the trajectories picture and ``DIR/results.md`` with the pictures (``launch.study.report``).
 Under ``poprun_py`` every instance runs the same points; instance 0 decides and writes.
 """
 
@@ -32,22 +32,22 @@ from pathlib import Path
 import numpy as np
 
 import poprun_py as popdist
-from launch import study_meta, study_report
-from launch.study_grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
+from launch.study import meta as study_meta, report as study_report
+from launch.study.grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
                                make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
-from launch.study_meta import RESULTS, portable, read_rows
-from launch.study_point import run_point
-from launch.study_surface import make_trajectories
-from launch.trajectory import SNAPSHOTS_FILE
+from launch.study.meta import RESULTS, portable, read_rows
+from launch.study.point import run_point
+from launch.study.surface import make_trajectories
+from launch.study.trajectory import SNAPSHOTS_FILE
 
 logger = logging.getLogger("launch.study")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="poprun-study", description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/studies.yml")
+    p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/study/studies.yml")
     p.add_argument("--studies", default=str(STUDIES_FILE), metavar="FILE.yml",
-                   help="the study definitions (default launch/studies.yml)")
+                   help="the study definitions (default launch/study/studies.yml)")
     p.add_argument("--quick", action="store_true", help="the study's quick variant: a tiny grid, a few updates")
     p.add_argument("--out", default=None, help="results folder (default runs/studies/NAME[-quick]); one study only")
     p.add_argument("--report", action="store_true", help="only write results.md and the pictures from the rows")

@@ -1,4 +1,5 @@
-"""NUMA-aware CPU placement of the instances on one host (``--process-placement spreadnuma``)."""
+"""Binding the instances of one host to CPUs (NUMA-aware, ``--process-placement spreadnuma``) and
+the thread counts that go with their share of the cores."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A study's grid: the spec read from ``launch/studies.yml`` and the training points it expands to.
+"""A study's grid: the spec read from ``launch/study/studies.yml`` and the training points it expands to.
 
 A study trains one base configuration (a name in ``launch/configs.yml``) over
 
@@ -133,7 +133,7 @@ class Point:
 def load_study(name: str, quick: bool = False, path: Path = STUDIES_FILE) -> Study:
     """The study ``name`` of ``path``; ``quick`` applies its ``quick:`` section (a tiny grid)."""
     if not Path(path).is_file():
-        raise ValueError(f"study file {path} does not exist; pass --studies FILE.yml or use launch/studies.yml")
+        raise ValueError(f"study file {path} does not exist; pass --studies FILE.yml or use launch/study/studies.yml")
     entries = yaml.safe_load(Path(path).read_text()) or {}
     names = sorted(k for k in entries if not str(k).startswith("_"))
     if name not in names:

@@ -1,7 +1,7 @@
 """Solution trajectories of several batch sizes on the loss surface of their common plane.
 
 During a run the weights are recorded every few updates (the run's own checkpoints, see
-``launch.study_point``) and kept as ``snapshots.npz`` (updates and flat float32 weights, no
+``launch.study.point``) and kept as ``snapshots.npz`` (updates and flat float32 weights, no
 pickle). Afterwards every batch size's trajectory is stacked, centred on the mean of all
 snapshots, and projected onto the two main directions of that combined PCA; the loss is
 evaluated on a grid of that plane (weights = mean + a u1 + b u2) and drawn as contours under

@@ -9,7 +9,7 @@ import platform
 import time
 from pathlib import Path
 
-from launch.study_grid import Study
+from launch.study.grid import Study
 
 META = "meta.json"
 RESULTS = "results.jsonl"

@@ -26,10 +26,11 @@ from launch import checkpoint as ckpt
 from launch import run_dir as rundir
 from launch import train as train_cmd
 from launch.build import build_training
-from launch.config import TrainConfig, distribute, load_config, override_keys, placement
+from launch.config import TrainConfig, load_config, override_keys
+from launch.distribute import distribute, placement
 from launch.report import predicted_pod_images_per_s
-from launch.study_grid import Point, Study, point_overrides, pod_split
-from launch.trajectory import save_snapshots, snapshot_every
+from launch.study.grid import Point, Study, point_overrides, pod_split
+from launch.study.trajectory import save_snapshots, snapshot_every
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.study_grid import Study, slug
+from launch.study.grid import Study, slug
 
 
 def _plt():

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from poprun_py.bootstrap import wrap_python
-from poprun_py.placement import parse_cpulist, spread_cpus, thread_env
+from poprun_py.cpu_binding import parse_cpulist, spread_cpus, thread_env
 
 
 def test_parse_cpulist():
