@@ -30,7 +30,7 @@ import numpy as np
 import poprun_py as popdist
 from data.dataset import open_dataset
 from data.loader import BatchSpec, evaluation_loader
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import MemoryPlan, fit, raise_if_out_of_memory
 from ipu.memory_report import format_memory_report
 from ipu.pipeline import check_gradient_accumulation, replica_schedule
@@ -221,7 +221,7 @@ class Program:
 
     def stage_costs(self, costs: str = "predicted") -> list[dict[str, float]]:
         """Seconds of one micro-batch's FWD / RECOMP / BWD per stage: ``predicted`` on a real IPU
-        (``ipu.cost``) or ``measured`` on this CPU in the last step (pipelined programs)."""
+        (``ipu.cost.prediction``) or ``measured`` on this CPU in the last step (pipelined programs)."""
         if costs == "predicted":
             return [dict(c) for c in predict(self.plan, self.profile).stage_costs]
         if costs != "measured":

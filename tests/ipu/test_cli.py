@@ -6,7 +6,7 @@ import pytest
 from effnet_profile import efficientnet_profile
 
 from ipu import cli
-from ipu.cost import BREAKDOWN
+from ipu.cost.prediction import BREAKDOWN
 
 
 @pytest.fixture

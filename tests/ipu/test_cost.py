@@ -4,10 +4,10 @@ from dataclasses import replace
 import pytest
 from toy_profiles import toy_layer
 
-from ipu import cost
-from ipu.bsp import SYNC_CYCLES
-from ipu.cost import BREAKDOWN, device_context, predict
-from ipu.layer_costs import layer_cost
+from ipu.cost import prediction as cost
+from ipu.cost.bsp import SYNC_CYCLES
+from ipu.cost.prediction import BREAKDOWN, device_context, predict
+from ipu.cost.layers import layer_cost
 from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN
 
 PUBLISHED_FACTOR = 2.0  # the model must be within this factor of Graphcore's published time to train
@@ -104,7 +104,7 @@ def test_prediction_is_within_the_stated_factor_of_graphcores_result(b4_g16):
 
 
 def test_training_log_line_shows_cpu_and_pod_throughput(b4_g16):
-    from ipu.cost import format_throughput
+    from ipu.cost.prediction import format_throughput
 
     p = predict(PRESETS["g16-b4-pod64"], b4_g16)
     line = format_throughput(12.5, p)

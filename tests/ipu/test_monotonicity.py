@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from effnet_profile import efficientnet_profile
 
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import fit
 from ipu.plan import PRESETS
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 import models
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import IpuOutOfMemoryError, check_fit
 from ipu.pipeline import block_order
 from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, load_profile

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipu import vector_costs as VC
-from ipu.bsp import Cycles
-from ipu.layer_costs import DeviceContext
-from ipu.vector_costs import VectorOp
+from ipu.cost import vectors as VC
+from ipu.cost.bsp import Cycles
+from ipu.cost.layers import DeviceContext
+from ipu.cost.vectors import VectorOp
 from models.profile import LayerProfile
 
 HOST_CALL_S = 50e-6  # assumed, see the module docstring
