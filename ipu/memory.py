@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ipu.pipeline import StageSplit, replica_schedule, split_stages, stashed_elems
+from ipu.pipeline.split import StageSplit, replica_schedule, split_stages, stashed_elems
 from ipu.plan import OPTIMIZER_STATE_SLOTS, IpuPlan
 from ipu.precision import get_precision
 from ipu.specs import KIB, IpuSpec, get_chip

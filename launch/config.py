@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ipu.pipeline import check_pipeline_splits
+from ipu.pipeline.split import check_pipeline_splits
 from ipu.plan import get_preset
 from ipu.precision import PRECISIONS
 from launch.config_keys import suggest

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
-from ipu.pipeline import StageSplit, replica_schedule, split_stages
+from ipu.pipeline.split import StageSplit, replica_schedule, split_stages
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
-from ipu.schedule import recomputes
+from ipu.pipeline.schedule import recomputes
 from ipu.specs import PodSpec, get_chip
-from ipu.timeline import slot_durations
+from ipu.pipeline.timeline import slot_durations
 from ipu.cost.updates import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
 from models.profile import LayerProfile
 

@@ -41,7 +41,7 @@ __all__ = ["Optimizer", "OptimizerFunctionOutput", "PipelineSchedule", "Program"
 
 
 class PipelineSchedule(IntEnum):
-    """How the stages' forward and backward passes share the IPUs (``ipu.schedule`` has the layouts).
+    """How the stages' forward and backward passes share the IPUs (``ipu.pipeline.schedule`` has the layouts).
 
     Grouped: forwards of all IPUs in one superstep, backwards in the next; fastest, stashes the most.
     Interleaved: one forward, one backward; stashes the fewest, slower (passes no longer align).

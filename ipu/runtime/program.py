@@ -6,7 +6,7 @@ Compiling (:func:`compile_program`) does, once and on every instance alike:
    trace ``optimizer_function`` into the loss and the optimizer;
 2. place the replica on its IPUs: the stages on the IPUs ``device_mapping`` names, the memory fit
    per IPU (``ipu.memory.fit``; a program that does not fit raises ``IpuOutOfMemoryError`` before
-   any step), the schedule of one weight update (``ipu.schedule``);
+   any step), the schedule of one weight update (``ipu.pipeline.schedule``);
 3. build this instance's replicas and the data-parallel engine, the same ones ``launch.train``
    runs EfficientNet with: ``PipelinedIpuReplica`` (stages with activation FIFOs, the schedule's
    order, recomputation) for two or more stages, ``SingleIpuReplica`` for one, and ``Engine``
@@ -33,11 +33,11 @@ from data.loader import BatchSpec, evaluation_loader
 from ipu.cost.prediction import predict
 from ipu.memory import MemoryPlan, fit, raise_if_out_of_memory
 from ipu.memory_report import format_memory_report
-from ipu.pipeline import check_gradient_accumulation, replica_schedule
+from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
 from ipu.plan import IpuPlan, optimizer_state
-from ipu.schedule import SCHEDULES, Schedule, check_device_mapping
+from ipu.pipeline.schedule import SCHEDULES, Schedule, check_device_mapping
 from ipu.specs import smallest_system
-from ipu.timeline import bubble_share, format_sequence, plot_timeline
+from ipu.pipeline.timeline import bubble_share, format_sequence, plot_timeline
 from ipu.runtime.engine import Engine, StepMetrics
 from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
 from ipu.runtime.stages import Loss, StageLike, trace_loss, trace_stages
@@ -233,7 +233,7 @@ class Program:
                  for kind, seconds in per_stage.items()} for per_stage, trace in zip(run.seconds, run.trace)]
 
     def bubble_share(self, costs: str = "predicted") -> float:
-        """The idle share of the replica's IPU time in one weight update (``ipu.timeline.bubble_share``)."""
+        """The idle share of the replica's IPU time in one weight update (``ipu.pipeline.timeline.bubble_share``)."""
         return bubble_share(self.schedule, self.stage_costs(costs))
 
     def timeline(self, costs: str = "predicted") -> str:

@@ -14,7 +14,7 @@ micro-batch)``, so results do not depend on how replicas are spread over instanc
 
 Two implementations: :class:`SingleIpuReplica` (the whole model on one IPU) and
 :class:`PipelinedIpuReplica` (the model cut into stages on several IPUs, run by
-``ipu.runtime.pipelined_replica.PipelinedReplica``).
+``ipu.pipeline.execution.PipelinedReplica``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from data._jit import hash3, jit, splitmix64
+from ipu.pipeline.execution import PipelinedReplica
 from ipu.runtime.emulation import HalfRounder
 from ipu.runtime.mixing import Targets, cutmix, mixed_cross_entropy, mixup
 from ipu.runtime.normalise import normalise
@@ -281,7 +282,7 @@ class SingleIpuReplica(_ReplicaBase):
 
 
 class PipelinedIpuReplica(_ReplicaBase):
-    """The model cut at ``splits`` into stages on their own IPUs (``ipu/runtime/pipelined_replica.py``).
+    """The model cut at ``splits`` into stages on their own IPUs (``ipu/pipeline/execution.py``).
 
     The pipeline needs every micro-batch's input up front, so all A are normalised and mixed
     first, each with its micro-batch's stream ``replica_rng(seed, step, replica, a)``. The
@@ -293,8 +294,6 @@ class PipelinedIpuReplica(_ReplicaBase):
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
                  recompute: bool = True, half: HalfRounder | None = None, device_mapping: Sequence[int] = ()) -> None:
-        from ipu.runtime.pipelined_replica import PipelinedReplica
-
         super().__init__(model, index, device, half)
         self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute,
                                          device_mapping=device_mapping)

@@ -12,8 +12,8 @@ from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
 from ipu.runtime.pipelining import (Optimizer, OptimizerFunctionOutput, PipelineSchedule, RecomputationMode,
                                     pipeline)
 from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
-from ipu.schedule import build_schedule, expected_bubble_share
-from ipu.timeline import bubble_share
+from ipu.pipeline.schedule import build_schedule, expected_bubble_share
+from ipu.pipeline.timeline import bubble_share
 from models.dense import Dense
 from models.optim import OptimConfig
 

@@ -1,6 +1,6 @@
 import pytest
 
-from ipu.schedule import build_schedule, expected_bubble_share
+from ipu.pipeline.schedule import build_schedule, expected_bubble_share
 
 
 def test_grouped_two_stages_four_micro_batches():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ipu.schedule import Schedule, build_schedule, recomputes
+from ipu.pipeline.schedule import Schedule, build_schedule, recomputes
 from models.profile import LayerProfile
 
 
