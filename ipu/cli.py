@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ipu.cost.prediction import Prediction, predict
 from ipu.memory import MemoryPlan, fit, out_of_memory_message
-from ipu.memory_report import format_memory_report, plot_memory_report
+from ipu.compile import format_memory_report, plot_memory_report
 from ipu.pipeline.split import replica_schedule
 from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
 from ipu.specs import CHIPS

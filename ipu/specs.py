@@ -299,11 +299,3 @@ def get_pod(system: str, chip: str = "mk2") -> PodSpec:
 
 
 PODS: dict[str, PodSpec] = {name: get_pod(name) for name in SYSTEMS}
-
-
-def smallest_system(num_ipus: int) -> str:
-    """The smallest POD that holds ``num_ipus`` IPUs; ``ValueError`` naming the largest when none does."""
-    for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus):
-        if pod.num_ipus >= num_ipus:
-            return name
-    raise ValueError(f"{num_ipus} IPUs exceed the largest POD ({max(p.num_ipus for p in PODS.values())} IPUs)")

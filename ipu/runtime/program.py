@@ -5,7 +5,7 @@ Compiling (:func:`compile_program`) does, once and on every instance alike:
 1. trace the stages into a ``models.Model`` with one block per stage (``ipu.runtime.stages``) and
    trace ``optimizer_function`` into the loss and the optimizer;
 2. place the replica on its IPUs: the stages on the IPUs ``device_mapping`` names, the memory fit
-   per IPU (``ipu.memory.fit``; a program that does not fit raises ``IpuOutOfMemoryError`` before
+   per IPU (``ipu.compile.compile_device``; a program that does not fit raises ``IpuOutOfMemoryError`` before
    any step), the schedule of one weight update (``ipu.pipeline.schedule``);
 3. build this instance's replicas and the data-parallel engine, the same ones ``launch.train``
    runs EfficientNet with: ``PipelinedIpuReplica`` (stages with activation FIFOs, the schedule's
@@ -22,28 +22,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 import poprun_py as popdist
 from data.dataset import open_dataset
-from data.loader import BatchSpec, evaluation_loader
+from data.loader import evaluation_loader
 from ipu.cost.prediction import predict
-from ipu.memory import MemoryPlan, fit, raise_if_out_of_memory
-from ipu.memory_report import format_memory_report
+from ipu.compile import compile_device, format_memory_report
+from ipu.memory import MemoryPlan
 from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
 from ipu.plan import IpuPlan, optimizer_state
 from ipu.pipeline.schedule import SCHEDULES, Schedule, check_device_mapping
-from ipu.specs import smallest_system
 from ipu.pipeline.timeline import bubble_share, format_sequence, plot_timeline
 from ipu.runtime.engine import Engine, StepMetrics
-from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
+from ipu.runtime.replica import DeviceOps, make_replicas
 from ipu.runtime.stages import Loss, StageLike, trace_loss, trace_stages
+from ipu.runtime.streams import batch_spec
 from models.optim import OptimConfig, make_optimizer
 from models.optim.loss_scaling import LossScaleConfig, LossScaler
 from models.optim.schedules import ScheduleConfig, make_schedule
+from poprun_py.systems import smallest_system_for
 
 logger = logging.getLogger(__name__)
 
@@ -123,27 +124,21 @@ def compile_program(stages: Sequence[StageLike], optimizer_function: Callable, i
     ipus = _ipus_per_replica(dist, 1 + max(mapping))
     plan = _ipu_plan(traced, info, infeed_queue.batch_size, cfg, mapping, ipus, dist, out.opt.config)
     profile = traced.model.profile(plan.micro_batch)
-    memory = fit(plan, profile)
-    raise_if_out_of_memory(memory, plan)
+    memory = compile_device(plan, profile).memory
     device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.seed, loss_fn=out.loss.fn)
-    model, local = traced.model, dist.num_local_replicas
-    if num_stages > 1:
-        splits = traced.block_names[1:]
-        replicas = [PipelinedIpuReplica(model, dist.replica_index_offset + i, device, splits, plan.schedule,
-                                        cfg.recompute, device_mapping=mapping) for i in range(local)]
-    else:
-        replicas = [SingleIpuReplica(model, dist.replica_index_offset + i, device) for i in range(local)]
-    spec = BatchSpec(infeed_queue.batch_size, cfg.gradient_accumulation, local, dist.num_instances,
-                     dist.instance_index)
-    infeed_queue.bind(spec, seed=cfg.seed)
+    model = traced.model
+    splits = traced.block_names[1:] if num_stages > 1 else ()
+    replicas = make_replicas(model, device, dist.placement.replicas, splits, plan.schedule, cfg.recompute,
+                             device_mapping=mapping)
+    infeed_queue.bind(batch_spec(dist.placement, infeed_queue.batch_size, cfg.gradient_accumulation), seed=cfg.seed)
     lr = make_schedule(ScheduleConfig(kind="constant", base_lr=out.opt.learning_rate), 1, 1)
     engine = Engine(model, make_optimizer(out.opt.config, model.params()), lr, popdist.get_comm(), replicas,
                     grad_accum=cfg.gradient_accumulation, total_replicas=dist.num_total_replicas,
                     scaler=LossScaler(LossScaleConfig(kind="static", initial_scale=1.0)))
     engine.broadcast_initial_state()
     schedule = replica_schedule(plan.schedule, num_stages, cfg.gradient_accumulation, plan.recompute, mapping)
-    logger.info("Compiled %d stage(s) on %d IPU(s) per replica, %d replica(s); memory per IPU:\n%s",
-                num_stages, ipus, dist.num_total_replicas, format_memory_report(memory))
+    logger.info("Compiled %d stage(s) on %d IPU(s) per replica, %d replica(s).", num_stages, ipus,
+                dist.num_total_replicas)
     return Program(model, engine, plan, memory, schedule, profile, infeed_queue, outfeed_queue, cfg.repeat_count)
 
 
@@ -171,7 +166,7 @@ def _ipu_plan(traced, info, micro_batch: int, cfg: ProgramConfig, mapping, ipus:
         device_mapping=tuple(mapping) if num_stages > 1 else (), schedule=cfg.schedule, precision="32.32",
         recompute=cfg.recompute and num_stages > 1, available_memory_proportion=cfg.available_memory_proportion,
         optimizer=optimizer_state(optim.name, optim.momentum), chip=cfg.chip,
-        system=dist.system or smallest_system(dist.num_total_replicas * ipus), dataset_images=info.num_samples,
+        system=dist.system or smallest_system_for(dist.num_total_replicas * ipus).name, dataset_images=info.num_samples,
         device_iterations=cfg.repeat_count)
 
 
@@ -209,14 +204,13 @@ class Program:
         dataset = open_dataset(self.infeed_queue.dataset.info.path, split)
         try:
             spec = self.infeed_queue.spec
-            loader = evaluation_loader(dataset, BatchSpec(spec.micro_batch, 1, spec.local_replicas,
-                                                          spec.num_instances, spec.instance_index))
+            loader = evaluation_loader(dataset, replace(spec, grad_accum=1))
             return self.engine.evaluate(loader)
         finally:
             dataset.close()
 
     def memory_report(self) -> str:
-        """Bytes per IPU by category, the fullest tile and whether it fits (``ipu.memory_report``)."""
+        """Bytes per IPU by category, the fullest tile and whether it fits (``ipu.compile``)."""
         return format_memory_report(self.memory)
 
     def stage_costs(self, costs: str = "predicted") -> list[dict[str, float]]:

@@ -329,3 +329,15 @@ class PipelinedIpuReplica(_ReplicaBase):
         inner = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"] - inner_before
         self.times.add("model", time.perf_counter() - start - inner)
         return sum(results, ReplicaResult())
+
+
+def make_replicas(model, device: DeviceOps, indices: Sequence[int], splits: Sequence[str] = (),
+                  schedule: str = "grouped", recompute: bool = True, device_mapping: Sequence[int] = (),
+                  half: bool = False) -> list[SingleIpuReplica | PipelinedIpuReplica]:
+    """One replica per global index in ``indices``: pipelined at ``splits`` when there are any, else the
+    whole model on one IPU; ``half``: each with its own ``HalfRounder`` (float16 compute emulated)."""
+    if splits:
+        return [PipelinedIpuReplica(model, r, device, splits, schedule, recompute,
+                                    half=HalfRounder() if half else None, device_mapping=device_mapping)
+                for r in indices]
+    return [SingleIpuReplica(model, r, device, half=HalfRounder() if half else None) for r in indices]

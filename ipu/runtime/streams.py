@@ -20,6 +20,15 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from data.loader import BatchSpec
+from poprun_py.topology import InstanceInfo
+
+
+def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> BatchSpec:
+    """This instance's share of every global batch: its replicas from the launcher's placement."""
+    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
+                     num_instances=placement.num_instances, instance_index=placement.index)
+
 
 def host_batches_ahead(prefetch_depth: int, grad_accum: int) -> int:
     """Host batches the loader's thread keeps ready so that each replica has ``prefetch_depth``

@@ -7,7 +7,7 @@ from toy_profiles import toy_layer
 from ipu.memory import (
     CODE_BYTES_PER_LAYER_PER_TILE, CODE_BYTES_PER_TILE, IpuOutOfMemoryError, check_fit, fit,
 )
-from ipu.memory_report import format_memory_report, plot_memory_report
+from ipu.compile import format_memory_report, plot_memory_report
 from ipu.plan import PRESETS, IpuPlan
 
 
