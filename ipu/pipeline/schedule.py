@@ -62,7 +62,7 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class OpSchedule:
     """The per-IPU operation sequences of one weight update (ramp-up, main, ramp-down)."""
 
     kind: str
@@ -98,7 +98,7 @@ class Schedule:
 
 
 def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute: bool = False,
-                   device_mapping: Sequence[int] = ()) -> Schedule:
+                   device_mapping: Sequence[int] = ()) -> OpSchedule:
     """The schedule ``kind`` for ``num_stages`` stages and ``num_micro_batches`` micro-batches.
 
     ``device_mapping``: the IPU of each stage (empty: stage s on IPU s); see :func:`check_device_mapping`.
@@ -116,7 +116,7 @@ def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute
         tuple(_with_recompute(stage_ops, num_stages, recompute)) for stage_ops in slots
     )
     mapping = check_device_mapping(device_mapping, num_stages, kind) if device_mapping else ()
-    return Schedule(kind, num_stages, num_micro_batches, recompute, ops, mapping)
+    return OpSchedule(kind, num_stages, num_micro_batches, recompute, ops, mapping)
 
 
 def check_device_mapping(device_mapping: Sequence[int], num_stages: int, kind: str) -> tuple[int, ...]:

@@ -113,7 +113,7 @@ def repeat(count: int, body: StageLike | Sequence[StageLike], infeed_queue: IPUI
 
     ``body``: a stage function (images -> logits), a layer sequence, or a list of them run one
     after another (the stages of a pipeline, unpipelined). ``optimizer_function(logits, labels)``
-    returns ``OptimizerFunctionOutput(Optimizer(...), loss)``. ``gradient_accumulation_count``:
+    returns ``OptimizerFunctionOutput(OptimizerSpec(...), loss)``. ``gradient_accumulation_count``:
     micro-batches per weight update.
     """
     stages = list(body) if isinstance(body, (list, tuple)) else [body]

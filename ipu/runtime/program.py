@@ -35,7 +35,7 @@ from ipu.compile import compile_device, format_memory_report
 from ipu.memory import MemoryPlan
 from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
 from ipu.plan import IpuPlan, optimizer_state
-from ipu.pipeline.schedule import SCHEDULES, Schedule, check_device_mapping
+from ipu.pipeline.schedule import SCHEDULES, OpSchedule, check_device_mapping
 from ipu.pipeline.timeline import bubble_share, format_sequence, plot_timeline
 from ipu.runtime.engine import Engine, StepMetrics
 from ipu.runtime.replica import DeviceOps, make_replicas
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Optimizer:
+class OptimizerSpec:
     """The ``opt`` of :class:`OptimizerFunctionOutput`: a ``models.optim`` rule at a constant learning rate."""
 
     learning_rate: float
@@ -58,17 +58,18 @@ class Optimizer:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"Optimizer: learning_rate must be a finite number > 0, got {self.learning_rate!r}")
+            raise ValueError(f"OptimizerSpec: learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if not isinstance(self.config, OptimConfig):
-            raise TypeError(f"Optimizer: config must be a models.optim.OptimConfig, got {type(self.config).__name__}")
+            raise TypeError(f"OptimizerSpec: config must be a models.optim.OptimConfig, "
+                            f"got {type(self.config).__name__}")
 
 
 class OptimizerFunctionOutput:
     """What ``optimizer_function(logits, labels)`` returns: the optimizer and the loss to minimise."""
 
-    def __init__(self, opt: Optimizer, loss: Loss) -> None:
-        if not isinstance(opt, Optimizer):
-            raise TypeError(f"OptimizerFunctionOutput.opt must be an Optimizer(learning_rate, OptimConfig(...)), "
+    def __init__(self, opt: OptimizerSpec, loss: Loss) -> None:
+        if not isinstance(opt, OptimizerSpec):
+            raise TypeError(f"OptimizerFunctionOutput.opt must be an OptimizerSpec(learning_rate, OptimConfig(...)), "
                             f"got {type(opt).__name__}")
         if not isinstance(loss, Loss):
             raise TypeError(f"OptimizerFunctionOutput.loss must be a Loss such as cross_entropy(logits, labels), "
@@ -111,7 +112,7 @@ def compile_program(stages: Sequence[StageLike], optimizer_function: Callable, i
                          "(ipu.runtime.loops)")
     if optimizer_function is None:
         raise ValueError("a training program needs optimizer_function=lambda logits, labels: "
-                         "OptimizerFunctionOutput(Optimizer(learning_rate), cross_entropy(logits, labels))")
+                         "OptimizerFunctionOutput(OptimizerSpec(learning_rate), cross_entropy(logits, labels))")
     info = infeed_queue.dataset.info
     traced = trace_stages(stages, info.image_shape, seed=cfg.seed, name=cfg.name)
     out = trace_loss(optimizer_function, traced.output_shape)
@@ -178,7 +179,7 @@ class Program:
     engine: Engine
     plan: IpuPlan
     memory: MemoryPlan
-    schedule: Schedule  # one weight update of one replica
+    schedule: OpSchedule  # one weight update of one replica
     profile: list
     infeed_queue: object
     outfeed_queue: object | None

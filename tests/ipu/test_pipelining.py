@@ -9,7 +9,7 @@ import pytest
 
 from ipu.memory import IpuOutOfMemoryError
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
-from ipu.runtime.pipelining import (Optimizer, OptimizerFunctionOutput, PipelineSchedule, RecomputationMode,
+from ipu.runtime.pipelining import (OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, RecomputationMode,
                                     pipeline)
 from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
 from ipu.pipeline.schedule import build_schedule, expected_bubble_share
@@ -38,7 +38,7 @@ def head(x):
 
 
 def sgd(logits, labels):
-    opt = Optimizer(0.05, OptimConfig("sgd", momentum=0.9))
+    opt = OptimizerSpec(0.05, OptimConfig("sgd", momentum=0.9))
     return OptimizerFunctionOutput(opt, cross_entropy(logits, labels))
 
 
