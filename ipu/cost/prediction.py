@@ -212,13 +212,3 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     gw_bw = pod.gw_link_bytes_per_s * LINK_EFFICIENCY
     t_outer = 2 * (domains - 1) / domains * sum(stage_bytes) / gw_bw + 2 * (domains - 1) * ALLREDUCE_STEP_LATENCY_S
     return t_inner + t_outer
-
-
-def format_throughput(cpu_images_per_s: float, prediction: Prediction) -> str:
-    """The line a training run logs: what the CPUs emulate and what the real POD would do."""
-    plan = prediction.plan
-    return (
-        f"throughput: {cpu_images_per_s:,.1f} images/s emulated on CPU; predicted {prediction.images_per_s:,.0f} "
-        f"images/s on {plan.system} ({plan.total_ipus} x {plan.pod.chip.name}), "
-        f"{prediction.step_time_s * 1e3:.1f} ms per weight update"
-    )

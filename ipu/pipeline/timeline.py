@@ -46,7 +46,7 @@ def bubble_share(schedule: OpSchedule, stage_costs: StageCosts, sync_s: float = 
     """The share of the IPUs' time (IPUs x the update's duration) that no operation uses.
 
     Computed as idle / total, both exact for integer costs, so it equals the correctly rounded
-    ``ipu.pipeline.schedule.expected_bubble_share`` when the arithmetic agrees.
+    ``tests/ipu/oracles.py::expected_bubble_share`` when the arithmetic agrees.
     """
     total = schedule.num_ipus * sum(slot_durations(schedule, stage_costs, sync_s))
     busy = sum(stage_costs[op.stage].get(op.kind, 0.0) for stage_ops in schedule.ops for op in stage_ops)

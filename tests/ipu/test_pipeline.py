@@ -1,10 +1,10 @@
 import pytest
-from toy_profiles import toy_layer
 
 from ipu.pipeline.split import (
     block_order, check_gradient_accumulation, replica_schedule, split_at, split_balanced, stashed_elems,
 )
 from ipu.pipeline.schedule import build_schedule
+from tests.ipu.toy_profiles import toy_layer
 
 
 def test_split_at_named_blocks(toy_profile):

@@ -12,10 +12,11 @@ from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
 from ipu.runtime.pipelining import (OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, RecomputationMode,
                                     pipeline)
 from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
-from ipu.pipeline.schedule import build_schedule, expected_bubble_share
+from ipu.pipeline.schedule import build_schedule
 from ipu.pipeline.timeline import bubble_share
 from models.dense import Dense
 from models.optim import OptimConfig
+from tests.ipu.oracles import expected_bubble_share
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist-subset.h5"
 MICRO = 4
@@ -43,7 +44,7 @@ def sgd(logits, labels):
 
 
 def feeds():
-    return IPUInfeedQueue(DATA, MICRO, prefetch=0), IPUOutfeedQueue()
+    return IPUInfeedQueue(DATA, MICRO, prefetch_depth=0), IPUOutfeedQueue()
 
 
 def train(program, outfeed, calls=2):

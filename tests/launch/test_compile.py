@@ -19,10 +19,9 @@ from ipu.memory import IpuOutOfMemoryError
 from launch.build import compile_ipu, ipu_plan
 from launch.config import load_config
 from models import build_model
+from tests.launch.e2e_env import env
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_train_e2e import env  # noqa: E402
 
 INFO = SimpleNamespace(image_shape=(28, 28, 1), num_classes=10, num_samples=10_000)
 # efficientnet-tiny at 28 px, micro-batch 2048 on a Mk1 (256 KiB a tile): the stash does not fit

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_train_e2e import DENSE, final_state, losses, ok, train
 
-from ipu.runtime.emulation import is_float16
+from tests.ipu.oracles import is_float16
 
 HALF = [*DENSE, "--set", "ipu.emulate_precision=true", "--set", "ipu.precision='16.16'"]
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from launch import checkpoint as ckpt
+from tests.launch.e2e_env import env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,13 +40,6 @@ DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", 
          "--set", "run.max_steps=50", "--set", "run.checkpoint_every=5", "--set", "run.plots=false",
          "--set", "run.progress_bar=false", "--set", "run.checksum_every=5",
          "--set", "loss_scaling.initial_scale=128", "--set", "ema.decay=0.9"]
-
-
-def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
-    out.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT))
-    return out
 
 
 def train(args: list[str], run_dir: Path, instances: int = 0, replicas: int = 4, launcher: list[str] = ()):
