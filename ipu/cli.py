@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ipu.compile import format_memory_report, plot_memory_report
 from ipu.cost.prediction import Prediction, predict
 from ipu.memory import MemoryPlan, fit, out_of_memory_message
-from ipu.compile import format_memory_report, plot_memory_report
 from ipu.pipeline.split import replica_schedule
+from ipu.pipeline.timeline import format_timeline, plot_timeline
 from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
 from ipu.specs import CHIPS
-from ipu.pipeline.timeline import format_timeline, plot_timeline
 
 JSON_SCHEMA = 1
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from ipu.pipeline.schedule import SCHEDULES, check_device_mapping
 from ipu.pipeline.split import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
-from ipu.pipeline.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
 from poprun_py.systems import is_power_of_two
 

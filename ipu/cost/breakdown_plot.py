@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ipu.cost.breakdown import profile_rows
 from ipu.cost.bsp import CATEGORIES
 from ipu.cost.prediction import Prediction
-from ipu.cost.breakdown import profile_rows
 
 COLOURS = {"matrix": "#4C72B0", "vector": "#55A868", "exchange": "#DD8452", "sync": "#8172B3"}
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from ipu.cost import vectors as VC
 from ipu.cost.bsp import Cycles, compute_set, compute_sets
 from ipu.cost.conv_planner import ConvPlan, conv_passes, plan_conv
-from ipu.specs import IpuSpec
 from ipu.cost.vectors import VectorOp
+from ipu.specs import IpuSpec
 from models.profile import ConvShape, LayerProfile
 
 NORM_FWD_PASSES = 5  # remove mean, whiten (2), scale and shift (2)

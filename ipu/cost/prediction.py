@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
+from ipu.cost.updates import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
+from ipu.pipeline.schedule import recomputes
 from ipu.pipeline.split import StageSplit, replica_schedule, split_stages
+from ipu.pipeline.timeline import slot_durations
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
-from ipu.pipeline.schedule import recomputes
 from ipu.specs import PodSpec, get_chip
-from ipu.pipeline.timeline import slot_durations
-from ipu.cost.updates import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
 from models.profile import LayerProfile
 
 IPU_SYNC_S = 2e-6  # assumed: a sync across the IPUs of a replica, once per pipeline slot

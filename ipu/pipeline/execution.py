@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu.pipeline.split import check_gradient_accumulation
 from ipu.pipeline.schedule import Op, OpSchedule, build_schedule
+from ipu.pipeline.split import check_gradient_accumulation
 
 LossFn = Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]  # (logits, labels) -> loss, dlogits
 Accumulate = Callable[[list], None]  # called with a stage's params after each BWD; their .grad hold it

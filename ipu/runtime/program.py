@@ -30,13 +30,13 @@ import numpy as np
 import poprun_py as popdist
 from data.dataset import open_dataset
 from data.loader import evaluation_loader
-from ipu.cost.prediction import predict
 from ipu.compile import compile_device, format_memory_report
+from ipu.cost.prediction import predict
 from ipu.memory import MemoryPlan
-from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
-from ipu.plan import IpuPlan, optimizer_state
 from ipu.pipeline.schedule import SCHEDULES, OpSchedule, check_device_mapping
+from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
 from ipu.pipeline.timeline import bubble_share, format_sequence, plot_timeline
+from ipu.plan import IpuPlan, optimizer_state
 from ipu.runtime.engine import Engine, StepMetrics
 from ipu.runtime.replica import DeviceOps, make_replicas
 from ipu.runtime.stages import Loss, StageLike, trace_loss, trace_stages

@@ -5,8 +5,8 @@ import pytest
 
 from ipu.cost import prediction as cost
 from ipu.cost.bsp import SYNC_CYCLES
-from ipu.cost.prediction import BREAKDOWN, device_context, predict
 from ipu.cost.layers import layer_cost
+from ipu.cost.prediction import BREAKDOWN, device_context, predict
 from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN
 from tests.ipu.oracles import PUBLISHED_FACTOR
 from tests.ipu.toy_profiles import toy_layer

@@ -11,9 +11,9 @@ from ipu.memory import IpuOutOfMemoryError
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
 from ipu.runtime.pipelining import (OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, RecomputationMode,
                                     pipeline)
-from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
 from ipu.pipeline.schedule import build_schedule
 from ipu.pipeline.timeline import bubble_share
+from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
 from models.dense import Dense
 from models.optim import OptimConfig
 from tests.ipu.oracles import expected_bubble_share
