@@ -4,7 +4,7 @@
 
 1. stochastic rounding to float16: ``ipu.precision.stochastic_round_to_fp16`` (numba, one pass,
    counter-based random numbers) vs a vectorised numpy version (uniform draws, nextafter).
-2. predicting a preset: ``ipu.cost.predict`` + ``ipu.memory.fit`` on the real B4 profile vs
+2. predicting a preset: ``ipu.cost.prediction.predict`` + ``ipu.memory.fit`` on the real B4 profile vs
    building that profile (the cost of asking ``models`` for it).
 """
 
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import fit
 from ipu.plan import PRESETS, load_profile
 from ipu.precision import stochastic_round_to_fp16

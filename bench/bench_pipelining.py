@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
-from ipu.runtime.pipelining import Optimizer, OptimizerFunctionOutput, pipeline
+from ipu.runtime.pipelining import OptimizerFunctionOutput, OptimizerSpec, pipeline
 from ipu.runtime.stages import cross_entropy, dense, dropout, flatten
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "fashion-mnist-subset.h5"
@@ -37,7 +37,7 @@ def stage2(x):
 
 
 def optimizer_function(logits, labels):
-    return OptimizerFunctionOutput(Optimizer(learning_rate=0.02), cross_entropy(logits, labels))
+    return OptimizerFunctionOutput(OptimizerSpec(learning_rate=0.02), cross_entropy(logits, labels))
 
 
 def timed(program, outfeed, calls: int) -> tuple[float, list[float]]:

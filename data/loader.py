@@ -35,7 +35,7 @@ class BatchSpec:
     """How one global batch is split: ``M * A * local_replicas * num_instances`` samples.
 
     ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)`` (the launcher's
-    ``POPDIST_REPLICA_INDEX_OFFSET``; ``launch.build.batch_spec`` fills it from the placement).
+    ``POPDIST_REPLICA_INDEX_OFFSET``; ``ipu.runtime.streams.batch_spec`` fills it from the placement).
     """
 
     micro_batch: int

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ipu.cost import Prediction, predict
+from ipu.compile import format_memory_report, plot_memory_report
+from ipu.cost.prediction import Prediction, predict
 from ipu.memory import MemoryPlan, fit, out_of_memory_message
-from ipu.memory_report import format_memory_report, plot_memory_report
-from ipu.pipeline import replica_schedule
+from ipu.pipeline.split import replica_schedule
+from ipu.pipeline.timeline import format_timeline, plot_timeline
 from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
 from ipu.specs import CHIPS
-from ipu.timeline import format_timeline, plot_timeline
 
 JSON_SCHEMA = 1
 
@@ -84,8 +84,8 @@ def _with_chip(plan: IpuPlan, chip: str | None) -> IpuPlan:
 
 
 def _profile(args) -> int:
-    from ipu.profile import format_profile, profile_dict
-    from ipu.profile_plot import plot_profile
+    from ipu.cost.breakdown import format_profile, profile_dict
+    from ipu.cost.breakdown_plot import plot_profile
 
     plan = _with_chip(get_preset(args.preset), args.chip)
     prediction = predict(plan, load_profile(plan))
@@ -99,7 +99,7 @@ def _profile(args) -> int:
 
 
 def _validate(args) -> int:
-    from ipu.validation import comparisons, format_comparisons
+    from ipu.cost.validation import comparisons, format_comparisons
 
     rows = comparisons(args.chip)
     if args.json:

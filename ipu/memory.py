@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ipu.pipeline import StageSplit, replica_schedule, split_stages, stashed_elems
+from ipu.io_tiles import IoTilePlan, plan_io_tiles
+from ipu.pipeline.split import StageSplit, replica_schedule, split_stages, stashed_elems
 from ipu.plan import OPTIMIZER_STATE_SLOTS, IpuPlan
 from ipu.precision import get_precision
 from ipu.specs import KIB, IpuSpec, get_chip
-from ipu.io_tiles import IoTilePlan, plan_io_tiles
 from models.profile import LayerProfile
 
 TENSOR_GRAIN_BYTES = 4 * KIB  # assumed: a tensor is spread over ceil(bytes / grain) tiles at most

@@ -3,7 +3,7 @@
 The presets are Graphcore's EfficientNet-B4 configurations from ``graphcore/examples`` @ 32fc7bd
 (SDK 2.4) and ``graphcore-research`` (docs/sources.md §1, §2), and its public ResNet-50 v1.5
 training recipe (``graphcore/examples`` @ 09b7c67, ``vision/cnns/tensorflow1/training/configs.yml``),
-the second workload the cost model is checked against (``ipu/validation.py``).
+the second workload the cost model is checked against (``ipu/cost/validation.py``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ipu.pipeline import check_gradient_accumulation, check_pipeline_splits
+from ipu.pipeline.schedule import SCHEDULES, check_device_mapping
+from ipu.pipeline.split import check_gradient_accumulation, check_pipeline_splits
 from ipu.precision import get_precision
-from ipu.schedule import SCHEDULES, check_device_mapping
 from ipu.specs import PodSpec, get_pod
 from poprun_py.systems import is_power_of_two
 

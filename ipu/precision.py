@@ -177,7 +177,7 @@ def _rn_all(floats) -> None:
 @jit
 def _sr_all(floats, bits, seed, update) -> None:
     """:func:`_sr_kernel` over typed lists, array ``k`` with ``hash3(seed, update, k)`` (as
-    ``ipu.runtime.emulation.rounding_seed`` gives it): one call."""
+    ``jit.hashing.hash3(seed, update, parameter index)`` gives it): one call."""
     for k in range(len(floats)):
         _sr_kernel(bits[k], hash3(seed, update, k), floats[k], bits[k])
 

@@ -76,11 +76,6 @@ class IpuSpec:
     def amp_fp32_flops_per_cycle(self) -> int:
         return 2 * self.amp_macs_per_cycle(False)
 
-    @property
-    def exchange_bytes_per_s(self) -> float:
-        """Whole-chip exchange rate the planners assume: every tile receiving at once."""
-        return self.tiles * self.exchange_bytes_per_cycle * self.clock_hz
-
     def peak_flops(self, half: bool) -> float:
         """Peak matrix-unit FLOP/s of the whole chip, float16 (half partials) or float32."""
         per_cycle = self.amp_fp16_flops_per_cycle if half else self.amp_fp32_flops_per_cycle
@@ -299,11 +294,3 @@ def get_pod(system: str, chip: str = "mk2") -> PodSpec:
 
 
 PODS: dict[str, PodSpec] = {name: get_pod(name) for name in SYSTEMS}
-
-
-def smallest_system(num_ipus: int) -> str:
-    """The smallest POD that holds ``num_ipus`` IPUs; ``ValueError`` naming the largest when none does."""
-    for name, pod in sorted(PODS.items(), key=lambda kv: kv[1].num_ipus):
-        if pod.num_ipus >= num_ipus:
-            return name
-    raise ValueError(f"{num_ipus} IPUs exceed the largest POD ({max(p.num_ipus for p in PODS.values())} IPUs)")

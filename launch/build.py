@@ -1,27 +1,33 @@
-"""Turn a distributed ``TrainConfig`` into the objects of a run: data, model, optimizer, engine.
+"""Turn a distributed ``TrainConfig`` into the objects of a run: data, model, IPU plan, optimizer, engine.
 
 One function per object; :func:`build_training` wires them into a :class:`Training`, after the
-compile step (``launch.compile``). What a checkpoint holds of a run is ``launch.checkpoint``'s.
+compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, compiled by
+``ipu.compile.compile_device`` before any step and any collective, so that every instance reaches
+the same verdict). What a checkpoint holds of a run is ``launch.checkpoint``'s.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
-from data.loader import BatchSpec, Loader, evaluation_loader
+from data.loader import Loader, evaluation_loader
 from data.sources import dataset_path
+from ipu.compile import CompiledIpu, compile_device
+from ipu.io_tiles import IoTilePlan, plan_io_tiles
+from ipu.plan import IpuPlan, optimizer_state
 from ipu.precision import get_precision
-from ipu.runtime.emulation import HalfRounder, PrecisionEmulation
+from ipu.runtime.emulation import PrecisionEmulation
 from ipu.runtime.engine import Engine
-from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
-from ipu.runtime.streams import host_batches_ahead
-from launch.compile import CompiledIpu, compile_ipu
+from ipu.runtime.replica import DeviceOps, make_replicas
+from ipu.runtime.streams import batch_spec, host_batches_ahead
+from ipu.specs import get_chip
 from launch.config import TrainConfig
 from launch.preemption import STOP_SIGNALS
 from models import build_model
@@ -29,6 +35,7 @@ from models.optim import make_optimizer
 from models.optim.ema import ExponentialMovingAverage
 from models.optim.loss_scaling import LossScaler
 from models.optim.schedules import Schedule, make_schedule
+from poprun_py.systems import smallest_system_for
 from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
@@ -44,7 +51,7 @@ class Training:
     schedule: Schedule
     engine: Engine
     total_steps: int
-    placement: InstanceInfo  # this instance's replicas, from the launcher (launch.config.placement)
+    placement: InstanceInfo  # this instance's replicas, from the launcher (launch.distribute.placement)
     compiled: CompiledIpu | None = None
     run_id: str = ""  # the run this instance takes part in (launch.run_dir), recorded in each checkpoint
     saved_step: int = -1  # the update of this run's newest checkpoint (written or resumed from); -1: none
@@ -59,17 +66,11 @@ class Training:
         return self.placement.index == 0
 
 
-def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> BatchSpec:
-    """This instance's share of every global batch: its replicas from the launcher's placement."""
-    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
-                     num_instances=placement.num_instances, instance_index=placement.index)
-
-
 def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, Loader, Loader | None]:
     d = replace(cfg.data, path=dataset_path(cfg.data.path))
     if placement.num_total_replicas != d.replicas:
         raise ValueError(f"the placement runs {placement.num_total_replicas} replicas but data.replicas is "
-                         f"{d.replicas}: build the placement with launch.config.placement(distribute(cfg, dist), dist)")
+                         f"{d.replicas}: build the placement with launch.distribute.placement(distribute(cfg, dist), dist)")
     train_set = open_dataset(d.path, "train")
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
     loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
@@ -89,6 +90,81 @@ def build_net(cfg: TrainConfig, info) -> Any:
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
 
 
+def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int) -> IpuPlan:
+    """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, which
+    :func:`launch.distribute.distribute` sets to the launcher's ``--system``, or the smallest that holds
+    every replica's IPUs). Raises ``ValueError`` when no IPU-POD could run this shape."""
+    ipu = cfg.ipu
+    system = ipu.system or smallest_system_for(cfg.data.replicas * ipu.ipus_per_replica).name
+    options = cfg.model.kwargs
+    size = int(options.pop("resolution", image_shape[0]))
+    options.setdefault("in_channels", image_shape[2])
+    recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
+    return IpuPlan(model=cfg.model.name, model_overrides=tuple(sorted(options.items())), image_size=size,
+                   num_classes=num_classes, micro_batch=cfg.data.micro_batch,
+                   gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
+                   ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
+                   schedule=ipu.pipeline_schedule, precision=ipu.precision, recompute=recompute,
+                   available_memory_proportion=ipu.available_memory_proportion, num_io_tiles=ipu.num_io_tiles,
+                   prefetch_depth=ipu.prefetch_depth, eight_bit_io=True,
+                   optimizer=optimizer_state(cfg.optim.name, cfg.optim.momentum),
+                   system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,
+                   dataset_images=dataset_images, epochs=cfg.run.epochs)
+
+
+# what a run that does not fit can change, after Poplar's words
+OOM_FIELDS = ("Config fields: data.micro_batch, ipu.ipus_per_replica with ipu.pipeline_splits, ipu.recompute "
+              "(pipelined replicas only), ipu.available_memory_proportion, ipu.precision, ipu.num_io_tiles, "
+              "ipu.pipeline_schedule, ipu.chip")
+
+
+def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
+    """The compile step, before any step and any collective: the same verdict on every instance.
+
+    Places the run's replica on its IPUs (``ipu.compile.compile_device``), logs the memory report (and writes
+    ``memory.png`` on instance 0 when ``run.plots``), plans the IO tiles, and raises
+    ``IpuOutOfMemoryError`` in Poplar's words when a tile does not fit. With ``ipu.check_fit: false``
+    only the IO tiles are planned and the log says why there is no fit check.
+    """
+    ipu = cfg.ipu
+    if not ipu.check_fit:
+        try:
+            ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
+            why = ""
+        except ValueError as err:
+            why = f" (and no IPU-POD could run this shape: {err})"
+        logger.info("No memory fit check: ipu.check_fit is false%s.", why)
+        h, w, c = info.image_shape
+        io = plan_io_tiles(get_chip(ipu.chip), ipu.num_io_tiles, cfg.data.micro_batch * h * w * c,
+                           ipu.prefetch_depth, ipu.ipus_per_replica, ipu.pipeline_schedule)
+        _log_io_tiles(io, ipu.prefetch_depth)
+        return CompiledIpu(None, None, io)
+    try:
+        plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
+    except ValueError as err:
+        raise ValueError(f"cannot compile this run for an IPU-POD: {err}; change the shape, or pass "
+                         "--set ipu.check_fit=false for a CPU-only experiment (no memory fit check)") from err
+    plot_path = None
+    if lead and cfg.run.plots:
+        run_dir = Path(cfg.run.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        plot_path = run_dir / "memory.png"
+    compiled = compile_device(plan, model.profile(cfg.data.micro_batch), plot_path=plot_path, fields=OOM_FIELDS)
+    _log_io_tiles(compiled.io, ipu.prefetch_depth)
+    return compiled
+
+
+def _log_io_tiles(io: IoTilePlan, prefetch_depth: int) -> None:
+    if not io.num_io_tiles:
+        here = (f"the loader's thread keeps {prefetch_depth} micro-batch(es) per replica ready (ipu.prefetch_depth)"
+                if prefetch_depth else "the training thread builds each batch when it needs it (ipu.prefetch_depth=0)")
+        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here %s.", here)
+        return
+    logger.info("IO tiles: %d per IPU (%d left for compute) hold %d prefetched micro-batch(es), %d of %d bytes; "
+                "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_depth, io.io_bytes,
+                io.io_budget_bytes, "overlaps" if io.overlap else "does NOT overlap")
+
+
 def emulates_half(cfg: TrainConfig) -> bool:
     """The run rounds its compute to float16: ``ipu.emulate_precision`` with 16.32 or 16.16."""
     return cfg.ipu.emulate_precision and get_precision(cfg.ipu.precision).half_compute
@@ -100,17 +176,12 @@ def build_replicas(cfg: TrainConfig, model, info, replicas: range) -> list:
                        mixup_alpha=cfg.data.mixup_alpha, cutmix_lambda=cfg.data.cutmix_lambda,
                        label_smoothing=cfg.model.label_smoothing)
     ipu = cfg.ipu
-
-    def half() -> HalfRounder | None:  # one rounding buffer per replica
-        return HalfRounder() if emulates_half(cfg) else None
-
-    if ipu.ipus_per_replica > 1:
-        if not ipu.pipeline_splits:
-            raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
-                             f"(block names from {model.blocks()[1:]})")
-        return [PipelinedIpuReplica(model, r, device, ipu.pipeline_splits, ipu.pipeline_schedule,
-                                    ipu.recompute, half=half()) for r in replicas]
-    return [SingleIpuReplica(model, r, device, half=half()) for r in replicas]
+    if ipu.ipus_per_replica > 1 and not ipu.pipeline_splits:
+        raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
+                         f"(block names from {model.blocks()[1:]})")
+    splits = ipu.pipeline_splits if ipu.ipus_per_replica > 1 else ()
+    return make_replicas(model, device, replicas, splits, ipu.pipeline_schedule, ipu.recompute,
+                         half=emulates_half(cfg))
 
 
 def build_emulation(cfg: TrainConfig, params, optimizer) -> PrecisionEmulation | None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ipu.pipeline import check_pipeline_splits
+from ipu.pipeline.split import check_pipeline_splits
 from ipu.plan import get_preset
 from ipu.precision import PRECISIONS
 from launch.config_keys import suggest
@@ -116,7 +116,7 @@ class EmaConfig:
 class IpuConfig:
     """How each replica maps onto simulated IPUs, how it is fed, and what the POD prediction assumes.
 
-    Before the first step the run is "compiled" (``launch.compile.compile_ipu``): its ``IpuPlan`` is
+    Before the first step the run is "compiled" (``launch.build.compile_ipu``): its ``IpuPlan`` is
     placed on the IPUs' tiles and a program that does not fit stops the run. ``check_fit: false``
     skips that for CPU-only experiments whose shape no IPU-POD could run (replicas not a power of
     two, too few micro-batches for the pipeline, ...).

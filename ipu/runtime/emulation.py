@@ -29,11 +29,6 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ipu.precision import Float16Batch, PrecisionMode, get_precision, round_to_fp16_
-from jit.hashing import hash3
-
-def rounding_seed(seed: int, update: int, param_index: int) -> int:
-    """The stochastic-rounding seed of one parameter at one weight update (64 bits, stateless)."""
-    return int(hash3(int(seed), int(update), int(param_index)))
 
 
 class HalfRounder:
@@ -122,7 +117,7 @@ class PrecisionEmulation:
         if not self.half_weights:
             return
         weights = [p.data for p in self.params]
-        if self.stochastic_rounding:  # parameter i draws from rounding_seed(seed, update, i)
+        if self.stochastic_rounding:  # parameter i draws from hash3(seed, update, i)
             self._weights.stochastic_round_(weights, self.seed, update)
         else:
             self._weights.round_(weights)
@@ -137,10 +132,4 @@ class PrecisionEmulation:
         self._state.round_(self._state_arrays)
 
 
-def is_float16(x: np.ndarray) -> bool:
-    """Every value of float32 ``x`` is float16-representable (inf and nan count as such)."""
-    x = np.asarray(x, np.float32)
-    return bool(np.array_equal(x, x.astype(np.float16).astype(np.float32), equal_nan=True))
-
-
-__all__ = ["HalfRounder", "PrecisionEmulation", "is_float16", "rounding_seed"]
+__all__ = ["HalfRounder", "PrecisionEmulation"]

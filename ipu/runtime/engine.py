@@ -2,8 +2,8 @@
 
 One host call (``Engine.train_steps``) runs ``device_iterations`` weight updates: the host loads
 each local replica's ``ReplicaFeed`` (uint8 views into the loader's batches, which the loader's
-thread prefetched: see ``ipu.runtime.streams``) and the per-step metrics come back through an
-``OutfeedQueue`` drained at the end of the call. ``train_step`` is the one-update call. Each
+thread prefetched: see ``ipu.runtime.streams``) and the per-step metrics come back, in order, at the
+end of the call. ``train_step`` is the one-update call. Each
 weight update:
 
 1. every local replica reads its gradient-accumulation micro-batches from its infeed and adds
@@ -40,7 +40,7 @@ import numpy as np
 from ipu.runtime.emulation import PrecisionEmulation
 from ipu.runtime.phases import PhaseTimes
 from ipu.runtime.replica import Replica, ReplicaResult
-from ipu.runtime.streams import OutfeedQueue, ReplicaFeed
+from ipu.runtime.streams import ReplicaFeed
 from models.optim.loss_scaling import LossScaler, NonFiniteLossError
 from models.param import generation, span
 from poprun_py.progress import report_progress
@@ -73,7 +73,8 @@ class StepMetrics:
 
 
 def _metrics(values: dict[str, float]) -> StepMetrics:
-    """An outfeed record (floats) back into typed ``StepMetrics``."""
+    """One device iteration's metrics (as floats) into typed ``StepMetrics``."""
+    values = {k: float(v) for k, v in values.items()}
     ints = {"step": int(values["step"]), "samples": int(values["samples"]), "applied": bool(values["applied"])}
     return StepMetrics(**{**values, **ints})
 
@@ -139,7 +140,6 @@ class Engine:
         self.flags = np.zeros(int(num_flags))  # the host's values for the next update
         self.agreed_flags = np.zeros(int(num_flags))  # their sum over instances at the last update
         self.feeds = [ReplicaFeed() for _ in self.replicas]  # one infeed view per local replica
-        self.outfeed = OutfeedQueue()
         self.step = 0  # weight updates done (applied or skipped)
         self.sync_seconds = 0.0
         self.times = PhaseTimes()  # the engine's phases; the replicas keep their own
@@ -203,9 +203,7 @@ class Engine:
             self._check_batch(images, labels)
         for r, feed in enumerate(self.feeds):
             feed.load([(images[r], labels[r]) for images, labels in batches])
-        for _ in batches:
-            self.outfeed.put(self._device_step())
-        return [_metrics(m) for m in self.outfeed.drain()]
+        return [_metrics(self._device_step()) for _ in batches]
 
     def train_step(self, images: np.ndarray, labels: np.ndarray) -> StepMetrics:
         """One weight update: ``train_steps`` with one device iteration."""

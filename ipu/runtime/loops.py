@@ -32,6 +32,7 @@ from data.sources import dataset_path
 from ipu.runtime.engine import StepMetrics
 from ipu.runtime.program import Program, ProgramConfig, compile_program
 from ipu.runtime.stages import StageLike
+from ipu.runtime.streams import host_batches_ahead
 
 OUTFEED_FIELDS = ("step", "loss", "accuracy", "lr", "samples")
 
@@ -44,17 +45,19 @@ class IPUInfeedQueue:
     training does (``data.sources.dataset_path``), so ``"data/fashion-mnist-subset.h5"`` works anywhere.
     Batches are a pure function of ``(seed, epoch, step)``: a run is reproducible and the same on
     any split of the replicas over instances. The program that takes the queue binds it to its
-    replicas and gradient accumulation count (:meth:`bind`).
+    replicas and gradient accumulation count (:meth:`bind`). ``prefetch_depth``: the micro-batches
+    per replica a background thread keeps ready, as ``ipu.prefetch_depth`` of a training run
+    (``ipu.runtime.streams.host_batches_ahead``; 0: batches are built when the program needs them).
     """
 
     def __init__(self, dataset: Dataset | str | os.PathLike, batch_size: int, *, split: str = "train",
-                 shuffle: bool = True, augment: bool = False, prefetch: int = 2) -> None:
+                 shuffle: bool = True, augment: bool = False, prefetch_depth: int = 2) -> None:
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"IPUInfeedQueue: batch_size (samples per micro-batch per replica) must be an "
                              f"integer >= 1, got {batch_size!r}")
         self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset_path(dataset), split)
         self.batch_size = int(batch_size)
-        self.shuffle, self.augment, self.prefetch = shuffle, augment, prefetch
+        self.shuffle, self.augment, self.prefetch_depth = shuffle, augment, prefetch_depth
         self.loader: Loader | None = None
 
     @property
@@ -70,7 +73,7 @@ class IPUInfeedQueue:
         if spec.micro_batch != self.batch_size:
             raise ValueError(f"batch spec micro-batch {spec.micro_batch} differs from batch_size {self.batch_size}")
         self.loader = Loader(self.dataset, spec, seed=seed, augment=self.augment, shuffle=self.shuffle,
-                             prefetch=self.prefetch)
+                             prefetch=host_batches_ahead(self.prefetch_depth, spec.grad_accum))
 
     def next_steps(self, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """The next ``count`` weight updates' data for this instance: (uint8 images [local replicas,
@@ -113,7 +116,7 @@ def repeat(count: int, body: StageLike | Sequence[StageLike], infeed_queue: IPUI
 
     ``body``: a stage function (images -> logits), a layer sequence, or a list of them run one
     after another (the stages of a pipeline, unpipelined). ``optimizer_function(logits, labels)``
-    returns ``OptimizerFunctionOutput(Optimizer(...), loss)``. ``gradient_accumulation_count``:
+    returns ``OptimizerFunctionOutput(OptimizerSpec(...), loss)``. ``gradient_accumulation_count``:
     micro-batches per weight update.
     """
     stages = list(body) if isinstance(body, (list, tuple)) else [body]

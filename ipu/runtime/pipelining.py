@@ -1,6 +1,6 @@
 """Pipelining any model, in the shape of Graphcore's TensorFlow ``pipelining_ops.pipeline``.
 
-    from ipu.runtime.pipelining import (Optimizer, OptimizerFunctionOutput, PipelineSchedule, pipeline)
+    from ipu.runtime.pipelining import (OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, pipeline)
     from ipu.runtime.stages import cross_entropy, dense, dropout, flatten
 
     def stage1(x):                                   # IPU 0
@@ -10,7 +10,7 @@
         return dense(x, 10)
 
     def optimizer_function(logits, labels):
-        return OptimizerFunctionOutput(Optimizer(0.05), cross_entropy(logits, labels))
+        return OptimizerFunctionOutput(OptimizerSpec(0.05), cross_entropy(logits, labels))
 
     pipe = pipeline([stage1, stage2], gradient_accumulation_count=8, repeat_count=10,
                     infeed_queue=infeed, outfeed_queue=outfeed, optimizer_function=optimizer_function,
@@ -34,14 +34,14 @@ import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum, IntEnum
 
-from ipu.runtime.program import Optimizer, OptimizerFunctionOutput, Program, ProgramConfig, compile_program
+from ipu.runtime.program import OptimizerFunctionOutput, OptimizerSpec, Program, ProgramConfig, compile_program
 from ipu.runtime.stages import StageLike
 
-__all__ = ["Optimizer", "OptimizerFunctionOutput", "PipelineSchedule", "Program", "RecomputationMode", "pipeline"]
+__all__ = ["OptimizerFunctionOutput", "OptimizerSpec", "PipelineSchedule", "Program", "RecomputationMode", "pipeline"]
 
 
 class PipelineSchedule(IntEnum):
-    """How the stages' forward and backward passes share the IPUs (``ipu.schedule`` has the layouts).
+    """How the stages' forward and backward passes share the IPUs (``ipu.pipeline.schedule`` has the layouts).
 
     Grouped: forwards of all IPUs in one superstep, backwards in the next; fastest, stashes the most.
     Interleaved: one forward, one backward; stashes the fewest, slower (passes no longer align).
@@ -82,7 +82,7 @@ def pipeline(computational_stages: Sequence[StageLike], gradient_accumulation_co
       at least twice the number of stages. ``pipeline_depth`` is its deprecated older name.
     repeat_count: weight updates per host call (``Program.run``).
     infeed_queue / outfeed_queue: ``ipu.runtime.loops.IPUInfeedQueue`` / ``IPUOutfeedQueue``.
-    optimizer_function: ``(logits, labels) -> OptimizerFunctionOutput(Optimizer(...), loss)``.
+    optimizer_function: ``(logits, labels) -> OptimizerFunctionOutput(OptimizerSpec(...), loss)``.
     device_mapping: the IPU of each stage (default: stage k on IPU k); stages may share an IPU
       except under the interleaved schedule.
     pipeline_schedule: ``PipelineSchedule`` (or its name); default Grouped.

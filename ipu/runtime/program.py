@@ -5,8 +5,8 @@ Compiling (:func:`compile_program`) does, once and on every instance alike:
 1. trace the stages into a ``models.Model`` with one block per stage (``ipu.runtime.stages``) and
    trace ``optimizer_function`` into the loss and the optimizer;
 2. place the replica on its IPUs: the stages on the IPUs ``device_mapping`` names, the memory fit
-   per IPU (``ipu.memory.fit``; a program that does not fit raises ``IpuOutOfMemoryError`` before
-   any step), the schedule of one weight update (``ipu.schedule``);
+   per IPU (``ipu.compile.compile_device``; a program that does not fit raises ``IpuOutOfMemoryError`` before
+   any step), the schedule of one weight update (``ipu.pipeline.schedule``);
 3. build this instance's replicas and the data-parallel engine, the same ones ``launch.train``
    runs EfficientNet with: ``PipelinedIpuReplica`` (stages with activation FIFOs, the schedule's
    order, recomputation) for two or more stages, ``SingleIpuReplica`` for one, and ``Engine``
@@ -22,34 +22,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 import poprun_py as popdist
 from data.dataset import open_dataset
-from data.loader import BatchSpec, evaluation_loader
-from ipu.cost import predict
-from ipu.memory import MemoryPlan, fit, raise_if_out_of_memory
-from ipu.memory_report import format_memory_report
-from ipu.pipeline import check_gradient_accumulation, replica_schedule
+from data.loader import evaluation_loader
+from ipu.compile import compile_device, format_memory_report
+from ipu.cost.prediction import predict
+from ipu.memory import MemoryPlan
+from ipu.pipeline.schedule import SCHEDULES, OpSchedule, check_device_mapping
+from ipu.pipeline.split import check_gradient_accumulation, replica_schedule
+from ipu.pipeline.timeline import bubble_share, format_sequence, plot_timeline
 from ipu.plan import IpuPlan, optimizer_state
-from ipu.schedule import SCHEDULES, Schedule, check_device_mapping
-from ipu.specs import smallest_system
-from ipu.timeline import bubble_share, format_sequence, plot_timeline
 from ipu.runtime.engine import Engine, StepMetrics
-from ipu.runtime.replica import DeviceOps, PipelinedIpuReplica, SingleIpuReplica
+from ipu.runtime.replica import DeviceOps, make_replicas
 from ipu.runtime.stages import Loss, StageLike, trace_loss, trace_stages
+from ipu.runtime.streams import batch_spec
 from models.optim import OptimConfig, make_optimizer
 from models.optim.loss_scaling import LossScaleConfig, LossScaler
 from models.optim.schedules import ScheduleConfig, make_schedule
+from poprun_py.systems import smallest_system_for
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Optimizer:
+class OptimizerSpec:
     """The ``opt`` of :class:`OptimizerFunctionOutput`: a ``models.optim`` rule at a constant learning rate."""
 
     learning_rate: float
@@ -57,17 +58,18 @@ class Optimizer:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"Optimizer: learning_rate must be a finite number > 0, got {self.learning_rate!r}")
+            raise ValueError(f"OptimizerSpec: learning_rate must be a finite number > 0, got {self.learning_rate!r}")
         if not isinstance(self.config, OptimConfig):
-            raise TypeError(f"Optimizer: config must be a models.optim.OptimConfig, got {type(self.config).__name__}")
+            raise TypeError(f"OptimizerSpec: config must be a models.optim.OptimConfig, "
+                            f"got {type(self.config).__name__}")
 
 
 class OptimizerFunctionOutput:
     """What ``optimizer_function(logits, labels)`` returns: the optimizer and the loss to minimise."""
 
-    def __init__(self, opt: Optimizer, loss: Loss) -> None:
-        if not isinstance(opt, Optimizer):
-            raise TypeError(f"OptimizerFunctionOutput.opt must be an Optimizer(learning_rate, OptimConfig(...)), "
+    def __init__(self, opt: OptimizerSpec, loss: Loss) -> None:
+        if not isinstance(opt, OptimizerSpec):
+            raise TypeError(f"OptimizerFunctionOutput.opt must be an OptimizerSpec(learning_rate, OptimConfig(...)), "
                             f"got {type(opt).__name__}")
         if not isinstance(loss, Loss):
             raise TypeError(f"OptimizerFunctionOutput.loss must be a Loss such as cross_entropy(logits, labels), "
@@ -110,7 +112,7 @@ def compile_program(stages: Sequence[StageLike], optimizer_function: Callable, i
                          "(ipu.runtime.loops)")
     if optimizer_function is None:
         raise ValueError("a training program needs optimizer_function=lambda logits, labels: "
-                         "OptimizerFunctionOutput(Optimizer(learning_rate), cross_entropy(logits, labels))")
+                         "OptimizerFunctionOutput(OptimizerSpec(learning_rate), cross_entropy(logits, labels))")
     info = infeed_queue.dataset.info
     traced = trace_stages(stages, info.image_shape, seed=cfg.seed, name=cfg.name)
     out = trace_loss(optimizer_function, traced.output_shape)
@@ -123,27 +125,21 @@ def compile_program(stages: Sequence[StageLike], optimizer_function: Callable, i
     ipus = _ipus_per_replica(dist, 1 + max(mapping))
     plan = _ipu_plan(traced, info, infeed_queue.batch_size, cfg, mapping, ipus, dist, out.opt.config)
     profile = traced.model.profile(plan.micro_batch)
-    memory = fit(plan, profile)
-    raise_if_out_of_memory(memory, plan)
+    memory = compile_device(plan, profile).memory
     device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.seed, loss_fn=out.loss.fn)
-    model, local = traced.model, dist.num_local_replicas
-    if num_stages > 1:
-        splits = traced.block_names[1:]
-        replicas = [PipelinedIpuReplica(model, dist.replica_index_offset + i, device, splits, plan.schedule,
-                                        cfg.recompute, device_mapping=mapping) for i in range(local)]
-    else:
-        replicas = [SingleIpuReplica(model, dist.replica_index_offset + i, device) for i in range(local)]
-    spec = BatchSpec(infeed_queue.batch_size, cfg.gradient_accumulation, local, dist.num_instances,
-                     dist.instance_index)
-    infeed_queue.bind(spec, seed=cfg.seed)
+    model = traced.model
+    splits = traced.block_names[1:] if num_stages > 1 else ()
+    replicas = make_replicas(model, device, dist.placement.replicas, splits, plan.schedule, cfg.recompute,
+                             device_mapping=mapping)
+    infeed_queue.bind(batch_spec(dist.placement, infeed_queue.batch_size, cfg.gradient_accumulation), seed=cfg.seed)
     lr = make_schedule(ScheduleConfig(kind="constant", base_lr=out.opt.learning_rate), 1, 1)
     engine = Engine(model, make_optimizer(out.opt.config, model.params()), lr, popdist.get_comm(), replicas,
                     grad_accum=cfg.gradient_accumulation, total_replicas=dist.num_total_replicas,
                     scaler=LossScaler(LossScaleConfig(kind="static", initial_scale=1.0)))
     engine.broadcast_initial_state()
     schedule = replica_schedule(plan.schedule, num_stages, cfg.gradient_accumulation, plan.recompute, mapping)
-    logger.info("Compiled %d stage(s) on %d IPU(s) per replica, %d replica(s); memory per IPU:\n%s",
-                num_stages, ipus, dist.num_total_replicas, format_memory_report(memory))
+    logger.info("Compiled %d stage(s) on %d IPU(s) per replica, %d replica(s).", num_stages, ipus,
+                dist.num_total_replicas)
     return Program(model, engine, plan, memory, schedule, profile, infeed_queue, outfeed_queue, cfg.repeat_count)
 
 
@@ -171,7 +167,7 @@ def _ipu_plan(traced, info, micro_batch: int, cfg: ProgramConfig, mapping, ipus:
         device_mapping=tuple(mapping) if num_stages > 1 else (), schedule=cfg.schedule, precision="32.32",
         recompute=cfg.recompute and num_stages > 1, available_memory_proportion=cfg.available_memory_proportion,
         optimizer=optimizer_state(optim.name, optim.momentum), chip=cfg.chip,
-        system=dist.system or smallest_system(dist.num_total_replicas * ipus), dataset_images=info.num_samples,
+        system=dist.system or smallest_system_for(dist.num_total_replicas * ipus).name, dataset_images=info.num_samples,
         device_iterations=cfg.repeat_count)
 
 
@@ -183,7 +179,7 @@ class Program:
     engine: Engine
     plan: IpuPlan
     memory: MemoryPlan
-    schedule: Schedule  # one weight update of one replica
+    schedule: OpSchedule  # one weight update of one replica
     profile: list
     infeed_queue: object
     outfeed_queue: object | None
@@ -209,19 +205,18 @@ class Program:
         dataset = open_dataset(self.infeed_queue.dataset.info.path, split)
         try:
             spec = self.infeed_queue.spec
-            loader = evaluation_loader(dataset, BatchSpec(spec.micro_batch, 1, spec.local_replicas,
-                                                          spec.num_instances, spec.instance_index))
+            loader = evaluation_loader(dataset, replace(spec, grad_accum=1))
             return self.engine.evaluate(loader)
         finally:
             dataset.close()
 
     def memory_report(self) -> str:
-        """Bytes per IPU by category, the fullest tile and whether it fits (``ipu.memory_report``)."""
+        """Bytes per IPU by category, the fullest tile and whether it fits (``ipu.compile``)."""
         return format_memory_report(self.memory)
 
     def stage_costs(self, costs: str = "predicted") -> list[dict[str, float]]:
         """Seconds of one micro-batch's FWD / RECOMP / BWD per stage: ``predicted`` on a real IPU
-        (``ipu.cost``) or ``measured`` on this CPU in the last step (pipelined programs)."""
+        (``ipu.cost.prediction``) or ``measured`` on this CPU in the last step (pipelined programs)."""
         if costs == "predicted":
             return [dict(c) for c in predict(self.plan, self.profile).stage_costs]
         if costs != "measured":
@@ -233,7 +228,7 @@ class Program:
                  for kind, seconds in per_stage.items()} for per_stage, trace in zip(run.seconds, run.trace)]
 
     def bubble_share(self, costs: str = "predicted") -> float:
-        """The idle share of the replica's IPU time in one weight update (``ipu.timeline.bubble_share``)."""
+        """The idle share of the replica's IPU time in one weight update (``ipu.pipeline.timeline.bubble_share``)."""
         return bubble_share(self.schedule, self.stage_costs(costs))
 
     def timeline(self, costs: str = "predicted") -> str:

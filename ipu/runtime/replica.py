@@ -14,7 +14,7 @@ micro-batch)``, so results do not depend on how replicas are spread over instanc
 
 Two implementations: :class:`SingleIpuReplica` (the whole model on one IPU) and
 :class:`PipelinedIpuReplica` (the model cut into stages on several IPUs, run by
-``ipu.runtime.pipelined_replica.PipelinedReplica``).
+``ipu.pipeline.execution.PipelinedReplica``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ipu.pipeline.execution import PipelinedReplica
 from jit import jit
 from jit.hashing import hash3, splitmix64
 from ipu.runtime.emulation import HalfRounder
@@ -282,7 +283,7 @@ class SingleIpuReplica(_ReplicaBase):
 
 
 class PipelinedIpuReplica(_ReplicaBase):
-    """The model cut at ``splits`` into stages on their own IPUs (``ipu/runtime/pipelined_replica.py``).
+    """The model cut at ``splits`` into stages on their own IPUs (``ipu/pipeline/execution.py``).
 
     The pipeline needs every micro-batch's input up front, so all A are normalised and mixed
     first, each with its micro-batch's stream ``replica_rng(seed, step, replica, a)``. The
@@ -294,8 +295,6 @@ class PipelinedIpuReplica(_ReplicaBase):
 
     def __init__(self, model, index: int, device: DeviceOps, splits: Sequence[str], schedule: str = "grouped",
                  recompute: bool = True, half: HalfRounder | None = None, device_mapping: Sequence[int] = ()) -> None:
-        from ipu.runtime.pipelined_replica import PipelinedReplica
-
         super().__init__(model, index, device, half)
         self.pipeline = PipelinedReplica(model, list(splits), schedule=schedule, recompute=recompute,
                                          device_mapping=device_mapping)
@@ -331,3 +330,15 @@ class PipelinedIpuReplica(_ReplicaBase):
         inner = self.times.seconds["gradient_sum"] + self.times.seconds["precision_emulation"] - inner_before
         self.times.add("model", time.perf_counter() - start - inner)
         return sum(results, ReplicaResult())
+
+
+def make_replicas(model, device: DeviceOps, indices: Sequence[int], splits: Sequence[str] = (),
+                  schedule: str = "grouped", recompute: bool = True, device_mapping: Sequence[int] = (),
+                  half: bool = False) -> list[SingleIpuReplica | PipelinedIpuReplica]:
+    """One replica per global index in ``indices``: pipelined at ``splits`` when there are any, else the
+    whole model on one IPU; ``half``: each with its own ``HalfRounder`` (float16 compute emulated)."""
+    if splits:
+        return [PipelinedIpuReplica(model, r, device, splits, schedule, recompute,
+                                    half=HalfRounder() if half else None, device_mapping=device_mapping)
+                for r in indices]
+    return [SingleIpuReplica(model, r, device, half=HalfRounder() if half else None) for r in indices]

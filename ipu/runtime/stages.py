@@ -9,7 +9,7 @@ TensorFlow pipeline stage calls Keras layers::
         x = dense(x, 256, activation="relu")
         return dropout(x, 0.2)
 
-It is called once, at compile time, on a symbolic :class:`Tensor` that carries only a
+It is called once, at compile time, on a symbolic :class:`TracedTensor` that carries only a
 per-sample shape; each layer function builds a ``models/`` layer (``Dense``, ``Conv2d``,
 ``Activation``, ``Dropout``, ...) sized from that shape and records it. A stage can also be
 given as a ``models`` ``Layer`` or a list of them (a *layer sequence*). Stage k becomes the
@@ -41,7 +41,7 @@ from models.loss import softmax_cross_entropy
 from models.model import Model
 from models.pool import Dropout, GlobalAvgPool
 
-StageLike = Callable[["Tensor"], "Tensor"] | Layer | Sequence[Layer]
+StageLike = Callable[["TracedTensor"], "TracedTensor"] | Layer | Sequence[Layer]
 
 
 class _Stage:
@@ -50,12 +50,12 @@ class _Stage:
     def __init__(self, block: str, rng_holder: Rng, init: np.random.Generator, dtype) -> None:
         self.block, self.rng_holder, self.init, self.dtype = block, rng_holder, init, np.dtype(dtype)
         self.layers: list[Layer] = []
-        self.current: Tensor | None = None
+        self.current: TracedTensor | None = None
 
     def next_name(self) -> str:
         return f"{self.block}.{len(self.layers)}"
 
-    def add(self, x: Tensor, layer: Layer) -> Tensor:
+    def add(self, x: TracedTensor, layer: Layer) -> TracedTensor:
         if x.stage is not self:
             raise ValueError(f"{self.block}: a layer got a tensor of {x.stage.block}; stages exchange exactly one "
                              "tensor: the one the previous stage returned")
@@ -64,12 +64,12 @@ class _Stage:
                              "put branches inside one models/ layer (e.g. MBConv) and add it with layer(x, ...)")
         _join_block(layer, self.block)
         self.layers.append(layer)
-        self.current = Tensor(tuple(layer.out_shape((1, *x.shape))[1:]), self)
+        self.current = TracedTensor(tuple(layer.out_shape((1, *x.shape))[1:]), self)
         return self.current
 
 
 @dataclass(frozen=True, eq=False)
-class Tensor:
+class TracedTensor:
     """A symbolic activation while stages are traced: its per-sample ``shape`` (no batch axis)."""
 
     shape: tuple[int, ...]
@@ -86,7 +86,7 @@ class Loss:
 
 
 # -- layer functions --------------------------------------------------------------------------
-def dense(x: Tensor, units: int, activation: str | None = None, bias: bool = True) -> Tensor:
+def dense(x: TracedTensor, units: int, activation: str | None = None, bias: bool = True) -> TracedTensor:
     """A fully connected layer on a flat input ``[D]`` (``flatten`` images first), then ``activation``."""
     if len(x.shape) != 1:
         raise ValueError(f"dense needs a flat input [features], got per-sample shape {x.shape}: call flatten(x) first")
@@ -95,8 +95,8 @@ def dense(x: Tensor, units: int, activation: str | None = None, bias: bool = Tru
     return _activate(y, activation)
 
 
-def conv2d(x: Tensor, filters: int, kernel_size: int, strides: int = 1, padding: str = "same",
-           activation: str | None = None, bias: bool = True) -> Tensor:
+def conv2d(x: TracedTensor, filters: int, kernel_size: int, strides: int = 1, padding: str = "same",
+           activation: str | None = None, bias: bool = True) -> TracedTensor:
     """A 2-D convolution of an NHWC input ``[H, W, C]`` (``padding`` "same" or "symmetric"), then ``activation``."""
     if len(x.shape) != 3:
         raise ValueError(f"conv2d needs an image input [H, W, C], got per-sample shape {x.shape}")
@@ -106,59 +106,59 @@ def conv2d(x: Tensor, filters: int, kernel_size: int, strides: int = 1, padding:
     return _activate(s.add(x, conv), activation)
 
 
-def flatten(x: Tensor) -> Tensor:
+def flatten(x: TracedTensor) -> TracedTensor:
     """``[H, W, C]`` -> ``[H * W * C]``."""
     s = _stage_of(x)
     return s.add(x, Flatten(s.next_name(), s.block, s.dtype))
 
 
-def activation(x: Tensor, fn: str) -> Tensor:
+def activation(x: TracedTensor, fn: str) -> TracedTensor:
     """An element-wise ``relu``, ``silu`` or ``sigmoid``."""
     s = _stage_of(x)
     return s.add(x, Activation(s.next_name(), s.block, fn, s.dtype))
 
 
-def relu(x: Tensor) -> Tensor:
+def relu(x: TracedTensor) -> TracedTensor:
     return activation(x, "relu")
 
 
-def dropout(x: Tensor, rate: float) -> Tensor:
+def dropout(x: TracedTensor, rate: float) -> TracedTensor:
     """Inverted dropout with probability ``rate`` (training only); the masks follow the replica's streams."""
     s = _stage_of(x)
     return s.add(x, Dropout(s.next_name(), s.block, rate, s.rng_holder, s.dtype))
 
 
-def global_average_pool(x: Tensor) -> Tensor:
+def global_average_pool(x: TracedTensor) -> TracedTensor:
     """``[H, W, C]`` -> ``[C]``, the mean over H and W."""
     s = _stage_of(x)
     return s.add(x, GlobalAvgPool(s.next_name(), s.block, s.dtype))
 
 
-def layer(x: Tensor, built: Layer) -> Tensor:
+def layer(x: TracedTensor, built: Layer) -> TracedTensor:
     """Any ``models`` layer built by the caller (it joins the stage's block; its names must be unique)."""
     if not isinstance(built, Layer):
         raise TypeError(f"layer() takes a models.layer.Layer, got {type(built).__name__}")
     return _stage_of(x).add(x, built)
 
 
-def cross_entropy(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Loss:
+def cross_entropy(logits: TracedTensor, labels: TracedTensor, label_smoothing: float = 0.0) -> Loss:
     """Softmax cross-entropy of ``logits [classes]`` against integer ``labels``, as a :class:`Loss`."""
-    if not isinstance(logits, Tensor) or logits.role != "logits" or len(logits.shape) != 1:
+    if not isinstance(logits, TracedTensor) or logits.role != "logits" or len(logits.shape) != 1:
         raise ValueError(f"cross_entropy needs the logits [classes] optimizer_function receives (the last stage's "
                          f"output), got {getattr(logits, 'shape', type(logits).__name__)}")
-    if not isinstance(labels, Tensor) or labels.role != "labels":
+    if not isinstance(labels, TracedTensor) or labels.role != "labels":
         raise ValueError("cross_entropy's second argument must be the labels optimizer_function receives")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     return Loss(functools.partial(softmax_cross_entropy, label_smoothing=label_smoothing), "cross_entropy")
 
 
-def _activate(x: Tensor, fn: str | None) -> Tensor:
+def _activate(x: TracedTensor, fn: str | None) -> TracedTensor:
     return x if fn is None else activation(x, fn)
 
 
-def _stage_of(x: Tensor) -> _Stage:
-    if not isinstance(x, Tensor):
+def _stage_of(x: TracedTensor) -> _Stage:
+    if not isinstance(x, TracedTensor):
         raise TypeError(f"layer functions take the stage's input tensor, got {type(x).__name__}; "
                         "they run once at compile time, not on arrays")
     if x.stage is None:
@@ -200,10 +200,10 @@ def trace_stages(stages: Sequence[StageLike], input_shape: tuple[int, ...], seed
     blocks = []
     for k, stage in enumerate(stages, start=1):
         traced = _Stage(f"stage{k}", rng_holder, init, dtype)
-        traced.current = Tensor(shape, traced)
+        traced.current = TracedTensor(shape, traced)
         if callable(stage) and not isinstance(stage, Layer):
             out = stage(traced.current)
-            if not isinstance(out, Tensor) or out.stage is not traced:
+            if not isinstance(out, TracedTensor) or out.stage is not traced:
                 raise ValueError(f"stage {k} ({getattr(stage, '__name__', stage)}) must return the tensor its last "
                                  f"layer made, got {type(out).__name__}")
             if out is not traced.current:
@@ -220,7 +220,7 @@ def trace_stages(stages: Sequence[StageLike], input_shape: tuple[int, ...], seed
 
 def trace_loss(optimizer_function: Callable, output_shape: tuple[int, ...]):
     """Call ``optimizer_function`` once on symbolic logits and labels; return what it returned."""
-    return optimizer_function(Tensor(tuple(output_shape), None, "logits"), Tensor((), None, "labels"))
+    return optimizer_function(TracedTensor(tuple(output_shape), None, "logits"), TracedTensor((), None, "labels"))
 
 
 def _layer_list(stage, k: int) -> list[Layer]:

@@ -1,4 +1,4 @@
-"""Host-device data streams of one host call: each replica's infeed view and the outfeed.
+"""Host-device data streams of one host call: each replica's infeed view.
 
 There is one infeed, and its prefetch is the loader's: ``data.loader.Loader`` builds the next
 batches on a background thread into a bounded queue while the current one computes, which is
@@ -10,8 +10,8 @@ the loader and reported by every run (``input_wait`` in its summary).
 
 A :class:`ReplicaFeed` is the device side of that stream for one replica during one host call:
 uint8 views, in order, of the micro-batches the host call's batches hold for it; nothing is
-copied or queued again. The :class:`OutfeedQueue` hands the metrics of every device iteration
-back at the end of the call.
+copied or queued again. The metrics of every device iteration come back as the host call's result
+(``Engine.train_steps``); the user-facing outfeed is ``ipu.runtime.loops.IPUOutfeedQueue``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+
+from data.loader import BatchSpec
+from poprun_py.topology import InstanceInfo
+
+
+def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> BatchSpec:
+    """This instance's share of every global batch: its replicas from the launcher's placement."""
+    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
+                     num_instances=placement.num_instances, instance_index=placement.index)
 
 
 def host_batches_ahead(prefetch_depth: int, grad_accum: int) -> int:
@@ -57,17 +66,3 @@ class ReplicaFeed:
             return next(self._items)
         except StopIteration:
             raise RuntimeError("the replica read past the micro-batches the host loaded for this call") from None
-
-
-class OutfeedQueue:
-    """What the device hands back: one dict of scalar metrics per step."""
-
-    def __init__(self) -> None:
-        self._items: list[dict[str, float]] = []
-
-    def put(self, metrics: dict[str, float]) -> None:
-        self._items.append({k: float(v) for k, v in metrics.items()})
-
-    def drain(self) -> list[dict[str, float]]:
-        items, self._items = self._items, []
-        return items

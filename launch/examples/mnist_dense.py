@@ -13,7 +13,7 @@ from pathlib import Path
 import poprun_py as popdist
 from data.sources import SHIPPED_SUBSET
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
-from ipu.runtime.pipelining import Optimizer, OptimizerFunctionOutput
+from ipu.runtime.pipelining import OptimizerFunctionOutput, OptimizerSpec
 from ipu.runtime.stages import cross_entropy, dense, flatten
 
 DATA = SHIPPED_SUBSET
@@ -27,7 +27,7 @@ def model(images):
 
 
 def optimizer_function(logits, labels):
-    return OptimizerFunctionOutput(Optimizer(learning_rate=0.05), cross_entropy(logits, labels))
+    return OptimizerFunctionOutput(OptimizerSpec(learning_rate=0.05), cross_entropy(logits, labels))
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import poprun_py as popdist
 from data.sources import SHIPPED_SUBSET
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue
-from ipu.runtime.pipelining import Optimizer, OptimizerFunctionOutput, PipelineSchedule, pipeline
+from ipu.runtime.pipelining import OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, pipeline
 from ipu.runtime.stages import cross_entropy, dense, dropout, flatten
 from models.optim import OptimConfig
 
@@ -32,7 +32,7 @@ def stage2(x):                           # on IPU 1
 
 
 def optimizer_function(logits, labels):
-    sgd = Optimizer(learning_rate=0.02, config=OptimConfig("sgd", momentum=0.9))
+    sgd = OptimizerSpec(learning_rate=0.02, config=OptimConfig("sgd", momentum=0.9))
     return OptimizerFunctionOutput(sgd, cross_entropy(logits, labels))
 
 

@@ -119,7 +119,7 @@ def _setup_logging(verbose: int, index: int, count: int) -> None:
     logging.basicConfig(level=level, format=f"[{index}/{count}] %(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
     if not verbose:  # one line per epoch from the runs; the memory report and checkpoint lines only with -v
-        for name in ("launch.build", "launch.compile", "launch.checkpoint", "ipu", "data"):
+        for name in ("launch.build", "launch.checkpoint", "ipu", "data"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
 

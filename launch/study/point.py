@@ -139,7 +139,7 @@ def epoch_curve(records: list[dict]) -> list[dict[str, float]]:
 
 def pod_step_seconds(cfg: TrainConfig, info, pod: str) -> tuple[float, int, int, int] | None:
     """Seconds per weight update of this global batch on ``pod``, as the cost model predicts it
-    (``launch.report.predicted_pod_images_per_s``, which calls ``ipu.cost.predict``): the batch
+    (``launch.report.predicted_pod_images_per_s``, which calls ``ipu.cost.prediction.predict``): the batch
     spread over as many replicas as the POD holds, micro-batches no larger than the run's."""
     from ipu.specs import PODS
 

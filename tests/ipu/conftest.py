@@ -1,12 +1,7 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from effnet_profile import efficientnet_profile  # noqa: E402
-from toy_profiles import toy_layer  # noqa: E402
+from tests.ipu.effnet_profile import efficientnet_profile
+from tests.ipu.toy_profiles import toy_layer
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@ import subprocess
 import sys
 
 import pytest
-from effnet_profile import efficientnet_profile
 
 from ipu import cli
-from ipu.cost import BREAKDOWN
+from ipu.cost.prediction import BREAKDOWN
+from tests.ipu.effnet_profile import efficientnet_profile
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ipu import vertex_costs as V
-from ipu.conv_planner import conv_passes, plan_conv
+from ipu.cost import vertices as V
+from ipu.cost.conv_planner import conv_passes, plan_conv
 from ipu.specs import BOW, MK1_GC2, MK2_GC200
 from models.profile import ConvShape
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ipu.runtime.emulation import HalfRounder, PrecisionEmulation, is_float16, rounding_seed
+from ipu.runtime.emulation import HalfRounder, PrecisionEmulation
 from ipu.runtime.engine import Engine
 from ipu.runtime.replica import DeviceOps, SingleIpuReplica
 from models import build_model
@@ -14,6 +14,7 @@ from models.optim import OptimConfig, make_optimizer
 from models.optim.schedules import ScheduleConfig, make_schedule
 from poprun_py.comm import LoopbackComm
 from ipu.runtime.streams import ReplicaFeed
+from tests.ipu.oracles import is_float16, rounding_seed
 
 MEAN, STD = (100.0,), (50.0,)
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from ipu import vector_costs as VC
-from ipu.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES, Cycles, compute_set
-from ipu.layer_costs import DeviceContext, layer_cost, workload_for
+from ipu.cost import vectors as VC
+from ipu.cost.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES, Cycles, compute_set
+from ipu.cost.layers import DeviceContext, layer_cost, workload_for
+from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
 from ipu.specs import MK2_GC200
-from ipu.update_costs import accumulate, optimizer_step, weight_tensors
 from models.profile import ConvShape, LayerProfile
 
 CTX = DeviceContext(MK2_GC200, 1440, 0.6, True, True)

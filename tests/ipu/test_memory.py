@@ -2,13 +2,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from toy_profiles import toy_layer
 
 from ipu.memory import (
     CODE_BYTES_PER_LAYER_PER_TILE, CODE_BYTES_PER_TILE, IpuOutOfMemoryError, check_fit, fit,
 )
-from ipu.memory_report import format_memory_report, plot_memory_report
+from ipu.compile import format_memory_report, plot_memory_report
 from ipu.plan import PRESETS, IpuPlan
+from tests.ipu.toy_profiles import toy_layer
 
 
 @pytest.mark.parametrize("name", ["g16-b4-pod16", "g16-b4-pod256"])
@@ -44,7 +44,7 @@ def test_whole_b4_on_one_ipu_needs_recomputation_checkpoints(b4_g16):
 
 
 def test_larger_micro_batch_needs_more_memory():
-    from effnet_profile import efficientnet_profile
+    from tests.ipu.effnet_profile import efficientnet_profile
 
     plan = PRESETS["g16-b4-pod16"]
     small = fit(plan, efficientnet_profile(4, 3, 16, 4)).ipus[0].total_bytes

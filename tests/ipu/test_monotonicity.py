@@ -2,11 +2,11 @@
 
 from dataclasses import replace
 
-from effnet_profile import efficientnet_profile
 
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import fit
 from ipu.plan import PRESETS
+from tests.ipu.effnet_profile import efficientnet_profile
 
 B0_PLAN = replace(PRESETS["g16-b4-pod16"], image_size=224, pipeline_splits=("block4a",), gradient_accumulation=16,
                   replicas=8)

@@ -1,10 +1,10 @@
 import pytest
-from toy_profiles import toy_layer
 
-from ipu.pipeline import (
+from ipu.pipeline.split import (
     block_order, check_gradient_accumulation, replica_schedule, split_at, split_balanced, stashed_elems,
 )
-from ipu.schedule import build_schedule
+from ipu.pipeline.schedule import build_schedule
+from tests.ipu.toy_profiles import toy_layer
 
 
 def test_split_at_named_blocks(toy_profile):
@@ -85,7 +85,7 @@ def test_blocks_must_be_contiguous():
 
 
 def test_a_conv_keeps_its_input_not_an_im2col_expansion():
-    from ipu.pipeline import ipu_saved_elems
+    from ipu.pipeline.split import ipu_saved_elems
     layers = [toy_layer("c", "stem", act=10, saved=27),
               toy_layer("n", "stem", act=10, saved=10, matmul=False, kind="norm"),
               toy_layer("d", "stem", act=5, saved=90, kind="dwconv")]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import models
-from ipu.runtime.pipelined_replica import PipelinedReplica
+from ipu.pipeline.execution import PipelinedReplica
 
 NUM_CLASSES = 10
 

@@ -9,13 +9,14 @@ import pytest
 
 from ipu.memory import IpuOutOfMemoryError
 from ipu.runtime.loops import IPUInfeedQueue, IPUOutfeedQueue, repeat
-from ipu.runtime.pipelining import (Optimizer, OptimizerFunctionOutput, PipelineSchedule, RecomputationMode,
+from ipu.runtime.pipelining import (OptimizerFunctionOutput, OptimizerSpec, PipelineSchedule, RecomputationMode,
                                     pipeline)
+from ipu.pipeline.schedule import build_schedule
+from ipu.pipeline.timeline import bubble_share
 from ipu.runtime.stages import conv2d, cross_entropy, dense, dropout, flatten, global_average_pool, layer
-from ipu.schedule import build_schedule, expected_bubble_share
-from ipu.timeline import bubble_share
 from models.dense import Dense
 from models.optim import OptimConfig
+from tests.ipu.oracles import expected_bubble_share
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist-subset.h5"
 MICRO = 4
@@ -38,12 +39,12 @@ def head(x):
 
 
 def sgd(logits, labels):
-    opt = Optimizer(0.05, OptimConfig("sgd", momentum=0.9))
+    opt = OptimizerSpec(0.05, OptimConfig("sgd", momentum=0.9))
     return OptimizerFunctionOutput(opt, cross_entropy(logits, labels))
 
 
 def feeds():
-    return IPUInfeedQueue(DATA, MICRO, prefetch=0), IPUOutfeedQueue()
+    return IPUInfeedQueue(DATA, MICRO, prefetch_depth=0), IPUOutfeedQueue()
 
 
 def train(program, outfeed, calls=2):

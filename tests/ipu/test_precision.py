@@ -94,7 +94,7 @@ def test_modes_and_bad_name():
 
 def test_a_batch_rounds_bitwise_as_one_call_per_array_and_follows_replaced_arrays():
     from ipu.precision import Float16Batch, round_to_fp16_
-    from ipu.runtime.emulation import rounding_seed
+    from tests.ipu.oracles import rounding_seed
 
     rng = np.random.default_rng(11)
 

@@ -5,11 +5,11 @@ from dataclasses import replace
 import pytest
 
 import models
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.memory import IpuOutOfMemoryError, check_fit
-from ipu.pipeline import block_order
+from ipu.pipeline.split import block_order
 from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN, load_profile
-from test_cost import PUBLISHED_FACTOR
+from tests.ipu.oracles import PUBLISHED_FACTOR
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 import pytest
 
-from ipu.schedule import build_schedule, expected_bubble_share
+from ipu.pipeline.schedule import build_schedule
+from tests.ipu.oracles import expected_bubble_share
 
 
 def test_grouped_two_stages_four_micro_batches():

@@ -1,7 +1,7 @@
 import pytest
 
-from ipu.schedule import build_schedule
-from ipu.timeline import bubble_share, format_sequence, format_timeline, place, plot_timeline, slot_durations
+from ipu.pipeline.schedule import build_schedule
+from ipu.pipeline.timeline import bubble_share, format_sequence, format_timeline, place, plot_timeline, slot_durations
 
 COSTS = [{"FWD": 1.0, "RECOMP": 0.5, "BWD": 2.0}, {"FWD": 3.0, "BWD": 4.0}]
 

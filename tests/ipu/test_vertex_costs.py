@@ -2,7 +2,7 @@
 
 import pytest
 
-from ipu import vertex_costs as V
+from ipu.cost import vertices as V
 
 
 def test_worker_split_is_poplibs_contiguous_partition():

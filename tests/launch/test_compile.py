@@ -16,13 +16,12 @@ from types import SimpleNamespace
 import pytest
 
 from ipu.memory import IpuOutOfMemoryError
-from launch.compile import compile_ipu, ipu_plan
+from launch.build import compile_ipu, ipu_plan
 from launch.config import load_config
 from models import build_model
+from tests.launch.train_runs import env
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_train_e2e import env  # noqa: E402
 
 INFO = SimpleNamespace(image_shape=(28, 28, 1), num_classes=10, num_samples=10_000)
 # efficientnet-tiny at 28 px, micro-batch 2048 on a Mk1 (256 KiB a tile): the stash does not fit
@@ -37,7 +36,7 @@ def compiled(overrides, lead=False):
 
 
 def test_the_default_run_fits_and_logs_its_memory_report(caplog):
-    with caplog.at_level(logging.INFO, logger="launch.compile"):
+    with caplog.at_level(logging.INFO, logger="launch.build"), caplog.at_level(logging.INFO, logger="ipu.compile"):
         c = compiled([])
     assert c.memory.fits and c.plan.system == "POD4" and c.plan.micro_batch == 16
     assert "Memory per IPU" in caplog.text and "stash" in caplog.text and "peak tile" in caplog.text
@@ -62,7 +61,7 @@ def test_a_program_that_does_not_fit_raises_poplars_error_naming_the_fix():
 def test_a_shape_no_pod_runs_is_refused_unless_the_fit_check_is_off(caplog):
     with pytest.raises(ValueError, match=r"power of two.*--set ipu\.check_fit=false"):
         compiled(["data.replicas=3"])
-    with caplog.at_level(logging.INFO, logger="launch.compile"):
+    with caplog.at_level(logging.INFO, logger="launch.build"):
         c = compiled(["data.replicas=3", "ipu.check_fit=false"])
     assert c.plan is None and c.memory is None and not c.io.overlap
     assert "No memory fit check: ipu.check_fit is false (and no IPU-POD could run this shape" in caplog.text

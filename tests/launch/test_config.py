@@ -164,7 +164,7 @@ def test_a_bad_or_unquoted_precision_names_the_fix():
 @pytest.mark.parametrize("pod", ["pod16", "pod64", "pod128", "pod256"])
 def test_the_recipe_configs_are_the_ipu_presets(pod):
     from ipu.plan import get_preset
-    from launch.compile import ipu_plan
+    from launch.build import ipu_plan
     from models.registry import efficientnet_config
 
     preset = get_preset(f"g16-b4-{pod}")

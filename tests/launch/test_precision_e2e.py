@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ipu.runtime.emulation import is_float16
+from tests.ipu.oracles import is_float16
 from tests.launch.train_runs import DENSE, KILL_AFTER_45, final_state, losses, ok, train
 
 HALF = [*DENSE, "--set", "ipu.emulate_precision=true", "--set", "ipu.precision='16.16'"]

@@ -80,7 +80,7 @@ def test_summary_text_frames_every_field():
 
 @pytest.mark.parametrize("pod", ["pod16", "pod256"])
 def test_recipe_configs_predict_what_the_ipu_presets_predict(pod):
-    from ipu.cost import predict
+    from ipu.cost.prediction import predict
     from ipu.plan import get_preset, load_profile
 
     cfg = load_config(f"g16-b4-{pod}")

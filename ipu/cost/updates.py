@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipu import vector_costs as VC
-from ipu.bsp import Cycles
-from ipu.layer_costs import DeviceContext
-from ipu.vector_costs import VectorOp
+from ipu.cost import vectors as VC
+from ipu.cost.bsp import Cycles
+from ipu.cost.layers import DeviceContext
+from ipu.cost.vectors import VectorOp
 from models.profile import LayerProfile
 
 HOST_CALL_S = 50e-6  # assumed, see the module docstring
@@ -34,42 +34,49 @@ TRUST_RATIO_SCALAR_SETS = 3  # sqrt of two sums, the ratio and its guard (zero n
 
 
 @dataclass(frozen=True)
-class Tensor:
+class WeightTensor:
+    """One parameter tensor as the per-tensor update ops see it (its own popops calls)."""
+
     name: str
     elems: int
     skip_lars: bool  # norm scale/offset or bias: no trust ratio, no weight decay
 
 
-def weight_tensors(layers: list[LayerProfile]) -> list[Tensor]:
+def weight_tensors(layers: list[LayerProfile]) -> list[WeightTensor]:
     """The parameter tensors of ``layers`` (what ``LayerProfile.params`` lumps per layer)."""
-    out: list[Tensor] = []
+    out: list[WeightTensor] = []
     for layer in layers:
         p = layer.params
         if p <= 0:
             continue
         c = layer.in_shape[-1] if layer.in_shape else 0
         if layer.kind == "norm":
-            out += [Tensor(f"{layer.name}.weight", p // 2, True), Tensor(f"{layer.name}.bias", p - p // 2, True)]
+            out += [WeightTensor(f"{layer.name}.weight", p // 2, True),
+                    WeightTensor(f"{layer.name}.bias", p - p // 2, True)]
         elif layer.kind == "se" and c:
             s = max(1, (p - c) // (2 * c + 1))
-            out += [Tensor(f"{layer.name}.fc1.weight", c * s, False), Tensor(f"{layer.name}.fc1.bias", s, True),
-                    Tensor(f"{layer.name}.fc2.weight", s * c, False), Tensor(f"{layer.name}.fc2.bias", c, True)]
+            out += [WeightTensor(f"{layer.name}.fc1.weight", c * s, False),
+                    WeightTensor(f"{layer.name}.fc1.bias", s, True),
+                    WeightTensor(f"{layer.name}.fc2.weight", s * c, False),
+                    WeightTensor(f"{layer.name}.fc2.bias", c, True)]
         elif layer.conv is not None and p > layer.conv.in_channels * layer.conv.out_channels * layer.conv.kernel[0] \
                 * layer.conv.kernel[1] // layer.conv.groups:
             bias = layer.conv.out_channels
-            out += [Tensor(f"{layer.name}.weight", p - bias, False), Tensor(f"{layer.name}.bias", bias, True)]
+            out += [WeightTensor(f"{layer.name}.weight", p - bias, False),
+                    WeightTensor(f"{layer.name}.bias", bias, True)]
         else:
-            out.append(Tensor(f"{layer.name}.weight", p, False))
+            out.append(WeightTensor(f"{layer.name}.weight", p, False))
     return out
 
 
-def accumulate(tensors: list[Tensor], ctx: DeviceContext, accumulator_half: bool) -> Cycles:
+def accumulate(tensors: list[WeightTensor], ctx: DeviceContext, accumulator_half: bool) -> Cycles:
     """Adding one micro-batch's weight gradients into the accumulators."""
     return sum((VC.elementwise(VectorOp("binary", t.elems, accumulator_half), ctx.tiles, ctx.workers)
                 for t in tensors), Cycles())
 
 
-def optimizer_step(tensors: list[Tensor], ctx: DeviceContext, optimizer: str, precision: str) -> dict[str, Cycles]:
+def optimizer_step(tensors: list[WeightTensor], ctx: DeviceContext, optimizer: str,
+                   precision: str) -> dict[str, Cycles]:
     """Per-update optimizer work on one IPU, by part: norms, arithmetic, stores."""
     parts = {"lars_norms": Cycles(), "update": Cycles(), "stores": Cycles()}
     store_half = precision == "16.16"

@@ -1,7 +1,7 @@
 """Running one replica as a real pipeline: stages on their own IPUs, activation FIFOs between them.
 
 The replica's model is cut at named blocks into stages. Operations run in the order the
-schedule (``ipu/schedule.py``) gives them, slot by slot; within a slot, stage by stage.
+schedule (``ipu/pipeline/schedule.py``) gives them, slot by slot; within a slot, stage by stage.
 
 * FWD.m on stage s pops micro-batch m's input from the FIFO of stage s (stage 0 reads the
   infeed), stashes it (the stage input is all a stage keeps between its passes), runs
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu.pipeline import check_gradient_accumulation
-from ipu.schedule import Op, Schedule, build_schedule
+from ipu.pipeline.schedule import Op, OpSchedule, build_schedule
+from ipu.pipeline.split import check_gradient_accumulation
 
 LossFn = Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]  # (logits, labels) -> loss, dlogits
 Accumulate = Callable[[list], None]  # called with a stage's params after each BWD; their .grad hold it
@@ -73,7 +73,7 @@ class PipelinedReplica:
     def num_stages(self) -> int:
         return len(self.bounds)
 
-    def schedule(self, num_micro_batches: int) -> Schedule:
+    def schedule(self, num_micro_batches: int) -> OpSchedule:
         """The schedule :meth:`run` follows for ``num_micro_batches`` micro-batches."""
         return build_schedule(self.schedule_kind, self.num_stages, num_micro_batches, self.recompute,
                               self.device_mapping)
@@ -175,7 +175,7 @@ class _RunState:
             self.grads[p.name] += p.grad
 
 
-def _in_execution_order(schedule: Schedule) -> list[Op]:
+def _in_execution_order(schedule: OpSchedule) -> list[Op]:
     """Slot by slot; within a slot stage by stage, each stage's ops in its own order."""
     ops = [op for stage_ops in schedule.ops for op in stage_ops]
     position = {id(op): i for stage_ops in schedule.ops for i, op in enumerate(stage_ops)}

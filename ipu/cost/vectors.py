@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ipu import vertex_costs as V
-from ipu.bsp import Cycles, compute_set
+from ipu.cost import vertices as V
+from ipu.cost.bsp import Cycles, compute_set
 
 MIN_BYTES_PER_TILE = 128  # poputil TileMapping.cpp calcLinearTileMapping: minBytesPerTile
 SUPERVISOR_OVERHEAD = 11  # popops basicOpSupervisorOverhead

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ipu.cost import predict
+from ipu.cost.prediction import predict
 from ipu.plan import get_preset, load_profile
 from ipu.specs import get_chip
 

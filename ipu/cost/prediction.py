@@ -1,9 +1,9 @@
 """What a run would take on a real IPU-POD, from how Poplar compiles and runs the graph.
 
 Per micro-batch and pipeline stage: every layer's forward, input-gradient and weight-gradient
-work as Poplar builds it (``ipu.layer_costs``: planned convolutions and matrix products,
+work as Poplar builds it (``ipu.cost.layers``: planned convolutions and matrix products,
 vector ops by codelet), each compute set paying a sync and an exchange phase
-(``ipu.bsp``), plus the gradient-accumulator add (``ipu.update_costs``) and the activation
+(``ipu.cost.bsp``), plus the gradient-accumulator add (``ipu.cost.updates``) and the activation
 transfer to the next stage. Per weight update: the pipeline schedule's supersteps
 (``timeline.slot_durations``: ramp-up and ramp-down included), the host IO of the
 micro-batches (hidden behind compute when IO tiles overlap it), the gradient all-reduce as a
@@ -20,15 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ipu.bsp import CATEGORIES, Cycles
-from ipu.layer_costs import DeviceContext, LayerCost, layer_cost, workload_for
-from ipu.pipeline import StageSplit, replica_schedule, split_stages
+from ipu.cost.bsp import CATEGORIES, Cycles
+from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
+from ipu.cost.updates import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
+from ipu.pipeline.schedule import recomputes
+from ipu.pipeline.split import StageSplit, replica_schedule, split_stages
+from ipu.pipeline.timeline import slot_durations
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
-from ipu.schedule import recomputes
 from ipu.specs import PodSpec, get_chip
-from ipu.timeline import slot_durations
-from ipu.update_costs import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
 from models.profile import LayerProfile
 
 IPU_SYNC_S = 2e-6  # assumed: a sync across the IPUs of a replica, once per pipeline slot
@@ -212,13 +212,3 @@ def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], 
     gw_bw = pod.gw_link_bytes_per_s * LINK_EFFICIENCY
     t_outer = 2 * (domains - 1) / domains * sum(stage_bytes) / gw_bw + 2 * (domains - 1) * ALLREDUCE_STEP_LATENCY_S
     return t_inner + t_outer
-
-
-def format_throughput(cpu_images_per_s: float, prediction: Prediction) -> str:
-    """The line a training run logs: what the CPUs emulate and what the real POD would do."""
-    plan = prediction.plan
-    return (
-        f"throughput: {cpu_images_per_s:,.1f} images/s emulated on CPU; predicted {prediction.images_per_s:,.0f} "
-        f"images/s on {plan.system} ({plan.total_ipus} x {plan.pod.chip.name}), "
-        f"{prediction.step_time_s * 1e3:.1f} ms per weight update"
-    )

@@ -55,7 +55,6 @@ SLIC_BRNZDEC_STALL = 6
 # --- partial-sum reductions (getReduceCycleEstimate, estimateConvReduceCycles) -----------------
 REDUCE_BASE = 32
 REDUCE_OUTER_OVERHEAD = {(True, True): 7, (True, False): 9, (False, True): 6, (False, False): 8}  # (float out, float partials)
-CAST_WORKER_BASE = 26  # estimateCastCycles
 
 
 def worker_share(elems, workers: int):
@@ -248,9 +247,3 @@ def reduce_cycles(outputs, depth: int, workers: int, float_partials: bool, float
     per_worker = -(-np.ceil(outputs / acc_width) // workers)
     overhead = REDUCE_OUTER_OVERHEAD[(float_output, float_partials)]
     return (REDUCE_BASE + (per_loop * depth + overhead) * per_worker) * workers
-
-
-def cast_cycles(elems, workers: int, in_width: int, out_width: int):
-    """A cast vertex over ``elems`` (estimateCastCycles)."""
-    per_worker = worker_share(elems, workers)
-    return (np.maximum(-(-per_worker // in_width), -(-per_worker // out_width)) + CAST_WORKER_BASE) * workers

@@ -25,7 +25,7 @@ the layouts above are this emulator's model of them.
 may share an IPU (Graphcore's ``device_mapping``, e.g. to keep layers that share weights together);
 their operations in one slot then run back to back on that IPU.
 
-Bubble arithmetic (:func:`expected_bubble_share`): with every stage costing ``f`` per forward and
+Bubble arithmetic (checked against the placed timeline by ``tests/ipu/oracles.py::expected_bubble_share``): with every stage costing ``f`` per forward and
 ``b`` per backward and no recomputation, one weight update of N micro-batches on S stages lasts
 
 * grouped: ``S f + (N - 1)(f + b) + S b`` (S forward-only ramp-up slots, N - 1 slots with a
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 SCHEDULES = ("grouped", "interleaved", "sequential")
 
@@ -62,7 +61,7 @@ class Op:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class OpSchedule:
     """The per-IPU operation sequences of one weight update (ramp-up, main, ramp-down)."""
 
     kind: str
@@ -98,7 +97,7 @@ class Schedule:
 
 
 def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute: bool = False,
-                   device_mapping: Sequence[int] = ()) -> Schedule:
+                   device_mapping: Sequence[int] = ()) -> OpSchedule:
     """The schedule ``kind`` for ``num_stages`` stages and ``num_micro_batches`` micro-batches.
 
     ``device_mapping``: the IPU of each stage (empty: stage s on IPU s); see :func:`check_device_mapping`.
@@ -116,7 +115,7 @@ def build_schedule(kind: str, num_stages: int, num_micro_batches: int, recompute
         tuple(_with_recompute(stage_ops, num_stages, recompute)) for stage_ops in slots
     )
     mapping = check_device_mapping(device_mapping, num_stages, kind) if device_mapping else ()
-    return Schedule(kind, num_stages, num_micro_batches, recompute, ops, mapping)
+    return OpSchedule(kind, num_stages, num_micro_batches, recompute, ops, mapping)
 
 
 def check_device_mapping(device_mapping: Sequence[int], num_stages: int, kind: str) -> tuple[int, ...]:
@@ -133,22 +132,6 @@ def check_device_mapping(device_mapping: Sequence[int], num_stages: int, kind: s
                          f"schedule does not support when training: use the grouped or sequential schedule, "
                          f"or one IPU per stage")
     return mapping
-
-
-def expected_bubble_share(kind: str, num_stages: int, num_micro_batches: int, fwd: int = 1,
-                          bwd: int = 1) -> Fraction:
-    """The idle share of the IPUs' time in one weight update, from the slot arithmetic above
-    (every stage costs ``fwd`` per forward and ``bwd`` per backward; no recomputation)."""
-    s, n, f, b = num_stages, num_micro_batches, Fraction(fwd), Fraction(bwd)
-    if kind not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {kind!r}: choose one of {', '.join(SCHEDULES)}")
-    if s == 1 or kind == "sequential":
-        total = n * s * (f + b)
-    elif kind == "grouped":
-        total = s * f + (n - 1) * (f + b) + s * b
-    else:
-        total = s * f + (s + 1) * b + (2 * n - 3) * max(f, b)
-    return 1 - n * (f + b) / total
 
 
 def recomputes(stage: int, num_stages: int, recompute: bool) -> bool:

@@ -1,12 +1,56 @@
-"""The compile memory report: bytes per IPU by category, as a text table and a PNG plot."""
+"""Compiling a plan for the simulated IPUs: what Poplar's compile is to a real run.
+
+:func:`compile_device` turns an ``IpuPlan`` and its model's per-layer profile into the compiled
+device: the memory fit on each IPU's tiles with the IO tiles (``ipu.memory.fit``), the memory report
+(logged, and plotted as a PNG when asked), and ``IpuOutOfMemoryError`` in Poplar's words when a
+tile does not fit. ``launch`` (a training run's config) and ``ipu.runtime.program`` (the pipelining
+API) both compile through it.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from ipu.memory import CATEGORIES, MemoryPlan, format_bytes
+from ipu.io_tiles import IoTilePlan
+from ipu.memory import CATEGORIES, IpuOutOfMemoryError, MemoryPlan, fit, format_bytes, raise_if_out_of_memory
+from ipu.plan import IpuPlan
+from models.profile import LayerProfile
+
+logger = logging.getLogger(__name__)
 
 COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3")
+
+
+@dataclass(frozen=True)
+class CompiledIpu:
+    """What the compile step decided: the plan and its memory fit (None when the fit is not checked)
+    and the IO tiles."""
+
+    plan: IpuPlan | None
+    memory: MemoryPlan | None
+    io: IoTilePlan
+
+
+def compile_device(plan: IpuPlan, profile: Sequence[LayerProfile], *, fields: str = "",
+                   plot_path: str | Path | None = None) -> CompiledIpu:
+    """Place ``plan`` on its IPUs' tiles (``ipu.memory.fit``), log the memory report (and plot it to
+    ``plot_path``), and raise ``IpuOutOfMemoryError`` in Poplar's words when a tile does not fit,
+    followed by ``fields`` (what the caller can change) when given."""
+    memory = fit(plan, profile)
+    logger.info("Memory per IPU (%s, %s on %s, micro-batch %d, precision %s):\n%s", plan.model, plan.chip,
+                plan.system, plan.micro_batch, plan.precision, format_memory_report(memory))
+    if plot_path is not None:
+        logger.info("Memory plot: %s", plot_memory_report(memory, plot_path))
+    try:
+        raise_if_out_of_memory(memory, plan)
+    except IpuOutOfMemoryError as err:
+        if not fields:
+            raise
+        raise IpuOutOfMemoryError(f"{err}. {fields}") from None
+    return CompiledIpu(plan, memory, memory.io)
 
 
 def format_memory_report(memory: MemoryPlan) -> str:

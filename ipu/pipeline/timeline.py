@@ -2,7 +2,7 @@
 
 Slots are bulk-synchronous supersteps: all IPUs of a replica sync at the end of each slot, so a
 slot lasts as long as the busiest IPU's work in it (plus ``sync_s``). Stages that share an IPU
-(``Schedule.device_mapping``) add up on it. Costs are given per stage.
+(``OpSchedule.device_mapping``) add up on it. Costs are given per stage.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipu.schedule import Schedule
+from ipu.pipeline.schedule import OpSchedule
 
 StageCosts = Sequence[Mapping[str, float]]  # stage_costs[stage]["FWD" | "RECOMP" | "BWD"] -> s
 
@@ -29,7 +29,7 @@ class Bar:
     end_s: float
 
 
-def slot_durations(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> list[float]:
+def slot_durations(schedule: OpSchedule, stage_costs: StageCosts, sync_s: float = 0.0) -> list[float]:
     """Seconds of each slot: the largest per-IPU sum of operation costs in it, plus the sync."""
     if len(stage_costs) != schedule.num_stages:
         raise ValueError(
@@ -42,18 +42,18 @@ def slot_durations(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 
     return [max(per_ipu) + sync_s for per_ipu in busy]
 
 
-def bubble_share(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> float:
+def bubble_share(schedule: OpSchedule, stage_costs: StageCosts, sync_s: float = 0.0) -> float:
     """The share of the IPUs' time (IPUs x the update's duration) that no operation uses.
 
     Computed as idle / total, both exact for integer costs, so it equals the correctly rounded
-    ``ipu.schedule.expected_bubble_share`` when the arithmetic agrees.
+    ``tests/ipu/oracles.py::expected_bubble_share`` when the arithmetic agrees.
     """
     total = schedule.num_ipus * sum(slot_durations(schedule, stage_costs, sync_s))
     busy = sum(stage_costs[op.stage].get(op.kind, 0.0) for stage_ops in schedule.ops for op in stage_ops)
     return (total - busy) / total
 
 
-def place(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> list[Bar]:
+def place(schedule: OpSchedule, stage_costs: StageCosts, sync_s: float = 0.0) -> list[Bar]:
     """Every operation with its start and end time; operations in one slot run back to back."""
     durations = slot_durations(schedule, stage_costs, sync_s)
     starts = [0.0]
@@ -70,13 +70,13 @@ def place(schedule: Schedule, stage_costs: StageCosts, sync_s: float = 0.0) -> l
     return bars
 
 
-def _label(schedule: Schedule, op) -> str:
+def _label(schedule: OpSchedule, op) -> str:
     """``FWD.3``; ``S2:FWD.3`` (1-based stage) when the op's IPU runs several stages."""
     shared = sum(1 for s in range(schedule.num_stages) if schedule.ipu_of(s) == schedule.ipu_of(op.stage)) > 1
     return f"S{op.stage + 1}:{op.label}" if shared else op.label
 
 
-def format_sequence(schedule: Schedule) -> str:
+def format_sequence(schedule: OpSchedule) -> str:
     """Each IPU's operations in execution order, the notation of Graphcore's talks (IPUs 1-based)::
 
         IPU1: FWD.1 FWD.2 FWD.3 FWD.4 BWD.1 BWD.2 BWD.3 BWD.4
@@ -88,7 +88,7 @@ def format_sequence(schedule: Schedule) -> str:
     return "\n".join(f"IPU{i + 1}: {' '.join(lane) if lane else '(idle)'}" for i, lane in enumerate(lanes))
 
 
-def format_timeline(schedule: Schedule, width: int = 7) -> str:
+def format_timeline(schedule: OpSchedule, width: int = 7) -> str:
     """A text table: one row per IPU, one column per slot, e.g. ``IPU0 | FWD.1 | FWD.2 ...``."""
     cells = [[""] * schedule.num_slots for _ in range(schedule.num_ipus)]
     for op in sorted((op for ops in schedule.ops for op in ops), key=lambda op: (op.slot, op.stage)):
@@ -102,7 +102,7 @@ def format_timeline(schedule: Schedule, width: int = 7) -> str:
 
 
 def plot_timeline(
-    schedule: Schedule, stage_costs: StageCosts, path: str | Path, sync_s: float = 0.0
+    schedule: OpSchedule, stage_costs: StageCosts, path: str | Path, sync_s: float = 0.0
 ) -> Path:
     """Write a Gantt chart of the schedule (one lane per IPU) to ``path`` as PNG."""
     import matplotlib

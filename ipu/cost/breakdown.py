@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipu.bsp import CATEGORIES, Cycles
-from ipu.cost import Prediction
+from ipu.cost.bsp import CATEGORIES, Cycles
+from ipu.cost.prediction import Prediction
 
 SCHEMA = 1
 

@@ -1,8 +1,8 @@
 """What each layer of a profile costs one IPU, pass by pass, as Poplar would build it.
 
-Convolutions and matrix products are planned (``ipu.conv_planner``): forward, input gradient
+Convolutions and matrix products are planned (``ipu.cost.conv_planner``): forward, input gradient
 and weight gradient, each a few compute sets. Everything else is vector work, costed op by op
-after the sequence of popops/popnn calls poplibs makes for it (``ipu.vector_costs``):
+after the sequence of popops/popnn calls poplibs makes for it (``ipu.cost.vectors``):
 
 * group/batch norm forward (poplin ``normStatistics``, then ``normWhiten`` and
   ``normalise``): with the stable algorithm a mean reduction, the mean subtraction and a power
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipu import vector_costs as VC
-from ipu.bsp import Cycles, compute_set, compute_sets
-from ipu.conv_planner import ConvPlan, conv_passes, plan_conv
+from ipu.cost import vectors as VC
+from ipu.cost.bsp import Cycles, compute_set, compute_sets
+from ipu.cost.conv_planner import ConvPlan, conv_passes, plan_conv
+from ipu.cost.vectors import VectorOp
 from ipu.specs import IpuSpec
-from ipu.vector_costs import VectorOp
 from models.profile import ConvShape, LayerProfile
 
 NORM_FWD_PASSES = 5  # remove mean, whiten (2), scale and shift (2)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ipu.bsp import CATEGORIES
-from ipu.cost import Prediction
-from ipu.profile import profile_rows
+from ipu.cost.breakdown import profile_rows
+from ipu.cost.bsp import CATEGORIES
+from ipu.cost.prediction import Prediction
 
 COLOURS = {"matrix": "#4C72B0", "vector": "#55A868", "exchange": "#DD8452", "sync": "#8172B3"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ipu.schedule import Schedule, build_schedule, recomputes
+from ipu.pipeline.schedule import OpSchedule, build_schedule, recomputes
 from models.profile import LayerProfile
 
 
@@ -96,7 +96,7 @@ def check_gradient_accumulation(gradient_accumulation: int, num_stages: int,
 
 
 def stashed_elems(
-    profile: Sequence[LayerProfile], split: StageSplit, schedule: Schedule, input_elems: int
+    profile: Sequence[LayerProfile], split: StageSplit, schedule: OpSchedule, input_elems: int
 ) -> list[dict[str, int]]:
     """Activation elements each stage keeps alive at its peak, by tensor name.
 
@@ -216,7 +216,7 @@ def split_stages(profile: Sequence[LayerProfile], num_stages: int, splits: Seque
 
 
 def replica_schedule(kind: str, num_stages: int, gradient_accumulation: int, recompute: bool,
-                     device_mapping: Sequence[int] = ()) -> Schedule:
+                     device_mapping: Sequence[int] = ()) -> OpSchedule:
     """The schedule one replica runs per weight update; a single stage runs sequentially."""
     if num_stages == 1:
         return build_schedule("sequential", 1, gradient_accumulation, recompute, device_mapping)

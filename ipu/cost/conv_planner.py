@@ -6,7 +6,7 @@ output channels; each tile runs one vertex on its share; partial sums split over
 channels are reduced across tiles afterwards. It scores every partition as exchange + vertex
 + reduction + layout-transform cycles and keeps the cheapest whose temporary memory fits in
 the available-memory proportion of a tile. ``plan_conv`` does the same over a grid of
-partitions (scored at once with numpy) with the vertex estimates of ``ipu.vertex_costs``.
+partitions (scored at once with numpy) with the vertex estimates of ``ipu.cost.vertices``.
 
 A training step runs three planned operations per layer (``conv_passes``): forward, the input
 gradient (``bwd``: the convolution of the output gradient with the transposed, flipped
@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu import vertex_costs as V
+from ipu.cost import vertices as V
 from ipu.specs import IpuSpec
 from models.profile import ConvShape
 
 MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
 TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
 INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
-SERIAL_SET_CYCLES = 190  # a compute set's sync and fixed exchange (ipu.bsp), charged per serial iteration
+SERIAL_SET_CYCLES = 190  # a compute set's sync and fixed exchange (ipu.cost.bsp), charged per serial iteration
 
 
 @dataclass(frozen=True)
