@@ -132,14 +132,14 @@ def throughput(args: argparse.Namespace, tmp: Path) -> None:
         wait_for_quiet(args.quiet_wait)
         with ForeignLoad() as load:
             for label, dataset in (("u8", u8), ("f32", f32)):
-                loader = Loader(dataset, BatchSpec(micro_batch=args.batch), seed=0, prefetch=0, **options)
+                loader = Loader(dataset, BatchSpec(micro_batch=args.batch), seed=0, prefetch_batches=0, **options)
                 time_epochs(loader, 1)  # warm-up: numba compile, page cache
                 seconds, nbytes = time_epochs(loader, args.repeats)
                 row[label] = (loader.steps_per_epoch * args.batch / seconds, nbytes / seconds / 1e6)
         print(f"{name:<9} {row['u8'][0]:>12,.0f} {row['u8'][1]:>7,.0f} {row['f32'][0]:>14,.0f} "
               f"{row['f32'][1]:>7,.0f} {row['u8'][0] / row['f32'][0]:>6.2f}x {load.share:>5.2f}")
     logging.getLogger("data.loader").setLevel(logging.ERROR)
-    loader = Loader(sums, BatchSpec(micro_batch=args.batch), seed=0, prefetch=0, cache="stream")
+    loader = Loader(sums, BatchSpec(micro_batch=args.batch), seed=0, prefetch_batches=0, cache="stream")
     seconds, nbytes = time_epochs(loader, 1)
     print(f"(stream from the default layout, fletcher32 per chunk so whole chunks are read: "
           f"{loader.steps_per_epoch * args.batch / seconds:,.0f} img/s, {nbytes / seconds / 1e6:,.0f} MB/s)")
@@ -192,7 +192,7 @@ def overlap(args: argparse.Namespace, tmp: Path) -> None:
     convert_synthetic(path, train=SyntheticSpec(args.samples, 64, 64, 3, 10), val_samples=16, checksum=False)
     dataset = open_dataset(path, "train")
     spec, augment = BatchSpec(micro_batch=args.overlap_batch), AugmentConfig(out_size=(56, 56))
-    make = lambda prefetch: Loader(dataset, spec, seed=0, prefetch=prefetch, cache="memory", augment=augment)  # noqa: E731
+    make = lambda prefetch: Loader(dataset, spec, seed=0, prefetch_batches=prefetch, cache="memory", augment=augment)  # noqa: E731
     steps = make(0).steps_per_epoch
     best = lambda fn: min(_timed(fn) for _ in range(args.repeats)) / steps * 1e3  # noqa: E731  ms per step
     list(make(0))  # warm-up

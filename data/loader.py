@@ -80,7 +80,7 @@ class Batch:
 @dataclass
 class LoaderStats:
     """Counters for the emulated I/O: batches handed out and seconds the consumer waited for them
-    (blocked on the queue, or building them itself with ``prefetch=0``)."""
+    (blocked on the queue, or building them itself with ``prefetch_batches=0``)."""
 
     batches: int = 0
     wait_seconds: float = 0.0
@@ -100,24 +100,24 @@ class Loader:
     ``iter(loader)`` yields the batches from ``position`` to the end of that epoch; ``position`` is
     the (epoch, step) of the *next* batch and moves when a batch is handed out, so saving it after
     a training step and restoring it with :meth:`set_position` replays exactly the batches an
-    uninterrupted run would see. ``prefetch=0`` builds batches on the calling thread.
+    uninterrupted run would see. ``prefetch_batches=0`` builds batches on the calling thread.
     ``cache="memory"`` reads the split into RAM once (at construction, so read errors surface
     before training); ``"stream"`` reads only this instance's rows of each step from disk;
     ``"auto"`` picks memory when the split fits ``memory_budget`` bytes.
     """
 
     def __init__(self, dataset: Dataset, spec: BatchSpec, *, seed: int = 0,
-                 augment: bool | AugmentConfig = False, drop_remainder: bool = True, prefetch: int = 3,
+                 augment: bool | AugmentConfig = False, drop_remainder: bool = True, prefetch_batches: int = 3,
                  shuffle: bool = True, cache: str = "auto", memory_budget: int = 2**31) -> None:
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        if prefetch_batches < 0:
+            raise ValueError(f"prefetch_batches must be >= 0 (batches built ahead; 0: none), got {prefetch_batches}")
         if cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {CACHE_MODES}, got {cache!r}")
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.dataset, self.spec, self.seed = dataset, spec, int(seed)
         self.augment = AugmentConfig() if augment is True else (augment or None)
-        self.drop_remainder, self.prefetch, self.shuffle = drop_remainder, prefetch, shuffle
+        self.drop_remainder, self.prefetch_batches, self.shuffle = drop_remainder, prefetch_batches, shuffle
         self.steps_per_epoch = steps_per_epoch(dataset.info.num_samples, spec.global_batch, drop_remainder)
         if self.steps_per_epoch == 0:
             info = dataset.info
@@ -135,9 +135,9 @@ class Loader:
                            "rewrite it with --no-checksum and without compression, or use cache='memory'.",
                            dataset.info.path)
         logger.info("Loader %s: %d samples, global batch %d, %d steps/epoch, instance %d/%d takes rows [%d, %d) "
-                    "of each, cache=%s, prefetch=%d, augment=%s.", dataset.info.split, dataset.info.num_samples,
+                    "of each, cache=%s, prefetch_batches=%d, augment=%s.", dataset.info.split, dataset.info.num_samples,
                     spec.global_batch, self.steps_per_epoch, spec.instance_index, spec.num_instances,
-                    self._share.start, self._share.stop, self.cache, prefetch, self.augment)
+                    self._share.start, self._share.stop, self.cache, prefetch_batches, self.augment)
 
     @property
     def _share(self) -> slice:
@@ -229,7 +229,7 @@ class Loader:
             epoch, step = (epoch + 1, 0) if step + 1 == self.steps_per_epoch else (epoch, step + 1)
 
     def _batches(self, epoch: int, step: int, count: int) -> Iterator[Batch]:
-        if self.prefetch == 0:  # built on the calling thread, which waits for all of it
+        if self.prefetch_batches == 0:  # built on the calling thread, which waits for all of it
             for position in self._positions(epoch, step, count):
                 start = time.perf_counter()
                 batch = self.batch_at(*position)
@@ -237,7 +237,7 @@ class Loader:
                 self._advance(batch)
                 yield batch
             return
-        ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        ready: queue.Queue = queue.Queue(maxsize=self.prefetch_batches)
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(self._positions(epoch, step, count), ready, stop),
                                   name="data-loader", daemon=True)
@@ -277,7 +277,7 @@ class Loader:
 
 
 def evaluation_loader(dataset: Dataset, spec: BatchSpec, *, out_size: tuple[int, int] | None = None,
-                      prefetch: int = 3, cache: str = "auto") -> Loader:
+                      prefetch_batches: int = 3, cache: str = "auto") -> Loader:
     """Validation order: no shuffle, no random augmentation, the last batch padded and masked.
 
     Every validation sample appears exactly once with ``mask=True`` across all replicas.
@@ -287,5 +287,5 @@ def evaluation_loader(dataset: Dataset, spec: BatchSpec, *, out_size: tuple[int,
     if out_size is not None:
         h, w, _ = dataset.info.image_shape
         resize = AugmentConfig(out_size=out_size, scale=(1.0, 1.0), ratio=(w / h, w / h), flip=False)
-    return Loader(dataset, spec, seed=0, augment=resize or False, drop_remainder=False, prefetch=prefetch,
+    return Loader(dataset, spec, seed=0, augment=resize or False, drop_remainder=False, prefetch_batches=prefetch_batches,
                   shuffle=False, cache=cache)

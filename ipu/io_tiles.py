@@ -27,7 +27,7 @@ class IoTilePlan:
     num_io_tiles: int
     compute_tiles: int
     io_budget_bytes: int  # bytes the IO tiles may hold
-    io_bytes: int  # bytes they do hold: prefetch_depth input batches
+    io_bytes: int  # bytes they do hold: prefetch_micro_batches input batches
     overlap: bool  # whether host transfer overlaps compute
 
 
@@ -40,11 +40,11 @@ def plan_io_tiles(
     spec: IpuSpec,
     num_io_tiles: int,
     batch_bytes: int,
-    prefetch_depth: int,
+    prefetch_micro_batches: int,
     ipus_per_replica: int,
     schedule: str,
 ) -> IoTilePlan:
-    """Check that ``prefetch_depth`` batches fit the IO tiles' budget and decide the overlap.
+    """Check that ``prefetch_micro_batches`` batches fit the IO tiles' budget and decide the overlap.
 
     Warns (log) when IO tiles are set but cannot overlap, as on the real system.
     """
@@ -53,13 +53,13 @@ def plan_io_tiles(
     if 0 < num_io_tiles < MIN_IO_TILES:
         logger.warning("num_io_tiles=%d is below Graphcore's minimum of %d", num_io_tiles, MIN_IO_TILES)
     budget = int(num_io_tiles * spec.memory_per_tile * IO_TILE_MEMORY_PROPORTION)
-    held = batch_bytes * prefetch_depth if num_io_tiles else 0
+    held = batch_bytes * prefetch_micro_batches if num_io_tiles else 0
     if held > budget:
         need = -(-held // int(spec.memory_per_tile * IO_TILE_MEMORY_PROPORTION))
         raise ValueError(
-            f"Out of memory on IO tiles: {prefetch_depth} prefetched batches of {batch_bytes} bytes "
+            f"Out of memory on IO tiles: {prefetch_micro_batches} prefetched batches of {batch_bytes} bytes "
             f"need {held} bytes but {num_io_tiles} IO tiles hold {budget}; use at least "
-            f"num_io_tiles={need}, a smaller prefetch_depth or 8-bit IO"
+            f"num_io_tiles={need}, a smaller prefetch_micro_batches or 8-bit IO"
         )
     overlap = io_overlaps(num_io_tiles, ipus_per_replica, schedule)
     if num_io_tiles and not overlap:

@@ -102,7 +102,7 @@ def fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
                                 plan.device_mapping)
     image_elems = plan.image_elems
     io = plan_io_tiles(
-        spec, plan.num_io_tiles, image_elems * (1 if plan.eight_bit_io else 4), plan.prefetch_depth,
+        spec, plan.num_io_tiles, image_elems * (1 if plan.eight_bit_io else 4), plan.prefetch_micro_batches,
         plan.ipus_per_replica, plan.schedule,
     )
     stashes = stashed_elems(profile, split, schedule, input_elems=image_elems)

@@ -42,7 +42,7 @@ class IpuPlan:
     recompute: bool = False
     available_memory_proportion: float = 0.6  # poplibs' default (lib/poplin/ConvOptions.hpp)
     num_io_tiles: int = 0
-    prefetch_depth: int = 3
+    prefetch_micro_batches: int = 3
     eight_bit_io: bool = True
     optimizer: str = "lars"
     system: str = "POD16"
@@ -141,7 +141,7 @@ G16_B4 = IpuPlan(
     recompute=True,
     available_memory_proportion=0.4,
     num_io_tiles=32,
-    prefetch_depth=3,
+    prefetch_micro_batches=3,
     eight_bit_io=True,
     optimizer="lars",
     device_iterations=13,  # 208 updates per epoch / --logs-per-epoch 16 (README_Benchmarks POD64 command)

@@ -74,12 +74,12 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, L
     train_set = open_dataset(d.path, "train")
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
     loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
-                    augment=augment, prefetch=host_batches_ahead(cfg.ipu.prefetch_depth, d.grad_accum), cache=d.cache)
+                    augment=augment, prefetch_batches=host_batches_ahead(cfg.ipu.prefetch_micro_batches, d.grad_accum), cache=d.cache)
     eval_loader = None
     if cfg.run.evaluate:
         val_set = open_dataset(d.path, "validation")
         spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
-        eval_loader = evaluation_loader(val_set, spec, prefetch=cfg.ipu.prefetch_depth, cache=d.cache)
+        eval_loader = evaluation_loader(val_set, spec, prefetch_batches=cfg.ipu.prefetch_micro_batches, cache=d.cache)
     return train_set, loader, eval_loader
 
 
@@ -106,7 +106,7 @@ def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: i
                    ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
                    schedule=ipu.pipeline_schedule, precision=ipu.precision, recompute=recompute,
                    available_memory_proportion=ipu.available_memory_proportion, num_io_tiles=ipu.num_io_tiles,
-                   prefetch_depth=ipu.prefetch_depth, eight_bit_io=True,
+                   prefetch_micro_batches=ipu.prefetch_micro_batches, eight_bit_io=True,
                    optimizer=optimizer_state(cfg.optim.name, cfg.optim.momentum),
                    system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,
                    dataset_images=dataset_images, epochs=cfg.run.epochs)
@@ -136,8 +136,8 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
         logger.info("No memory fit check: ipu.check_fit is false%s.", why)
         h, w, c = info.image_shape
         io = plan_io_tiles(get_chip(ipu.chip), ipu.num_io_tiles, cfg.data.micro_batch * h * w * c,
-                           ipu.prefetch_depth, ipu.ipus_per_replica, ipu.pipeline_schedule)
-        _log_io_tiles(io, ipu.prefetch_depth)
+                           ipu.prefetch_micro_batches, ipu.ipus_per_replica, ipu.pipeline_schedule)
+        _log_io_tiles(io, ipu.prefetch_micro_batches)
         return CompiledIpu(None, None, io)
     try:
         plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
@@ -150,18 +150,18 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
         run_dir.mkdir(parents=True, exist_ok=True)
         plot_path = run_dir / "memory.png"
     compiled = compile_device(plan, model.profile(cfg.data.micro_batch), plot_path=plot_path, fields=OOM_FIELDS)
-    _log_io_tiles(compiled.io, ipu.prefetch_depth)
+    _log_io_tiles(compiled.io, ipu.prefetch_micro_batches)
     return compiled
 
 
-def _log_io_tiles(io: IoTilePlan, prefetch_depth: int) -> None:
+def _log_io_tiles(io: IoTilePlan, prefetch_micro_batches: int) -> None:
     if not io.num_io_tiles:
-        here = (f"the loader's thread keeps {prefetch_depth} micro-batch(es) per replica ready (ipu.prefetch_depth)"
-                if prefetch_depth else "the training thread builds each batch when it needs it (ipu.prefetch_depth=0)")
+        here = (f"the loader's thread keeps {prefetch_micro_batches} micro-batch(es) per replica ready (ipu.prefetch_micro_batches)"
+                if prefetch_micro_batches else "the training thread builds each batch when it needs it (ipu.prefetch_micro_batches=0)")
         logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here %s.", here)
         return
     logger.info("IO tiles: %d per IPU (%d left for compute) hold %d prefetched micro-batch(es), %d of %d bytes; "
-                "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_depth, io.io_bytes,
+                "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_micro_batches, io.io_bytes,
                 io.io_budget_bytes, "overlaps" if io.overlap else "does NOT overlap")
 
 

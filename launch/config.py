@@ -135,15 +135,15 @@ class IpuConfig:
     num_hosts: int = 1  # host servers feeding the POD (host IO bandwidth in the prediction)
     chip: str = "mk2"  # mk1, mk2 or bow: the IPU the memory fit and the prediction assume
     check_fit: bool = True  # false: no memory fit before the first step (CPU-only shapes)
-    prefetch_depth: int = 3  # micro-batches ready ahead of each replica: the IO tiles and the loader's thread
+    prefetch_micro_batches: int = 3  # micro-batches ready ahead of each replica: the IO tiles and the loader's thread
     device_iterations: int = 1  # weight updates per host call
 
     def __post_init__(self) -> None:
         for name in ("ipus_per_replica", "device_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ipu.{name}={getattr(self, name)!r} must be >= 1")
-        if self.prefetch_depth < 0:
-            raise ValueError(f"ipu.prefetch_depth={self.prefetch_depth!r} must be >= 0 (0: no prefetch, the "
+        if self.prefetch_micro_batches < 0:
+            raise ValueError(f"ipu.prefetch_micro_batches={self.prefetch_micro_batches!r} must be >= 0 (0: no prefetch, the "
                              "training thread builds each batch)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"ipu.precision={self.precision!r} is not a precision mode: choose one of "
@@ -266,7 +266,7 @@ def preset_sections(name: str) -> dict[str, dict[str, Any]]:
         "ipu": {"ipus_per_replica": plan.ipus_per_replica, "pipeline_splits": list(plan.pipeline_splits),
                 "pipeline_schedule": plan.schedule, "recompute": plan.recompute, "precision": plan.precision,
                 "available_memory_proportion": plan.available_memory_proportion, "num_io_tiles": plan.num_io_tiles,
-                "prefetch_depth": plan.prefetch_depth, "system": plan.system, "num_hosts": plan.num_hosts,
+                "prefetch_micro_batches": plan.prefetch_micro_batches, "system": plan.system, "num_hosts": plan.num_hosts,
                 "chip": plan.chip, "device_iterations": plan.device_iterations},
         "run": {"epochs": plan.epochs},
     }

@@ -45,19 +45,19 @@ class IPUInfeedQueue:
     training does (``data.sources.dataset_path``), so ``"data/fashion-mnist-subset.h5"`` works anywhere.
     Batches are a pure function of ``(seed, epoch, step)``: a run is reproducible and the same on
     any split of the replicas over instances. The program that takes the queue binds it to its
-    replicas and gradient accumulation count (:meth:`bind`). ``prefetch_depth``: the micro-batches
-    per replica a background thread keeps ready, as ``ipu.prefetch_depth`` of a training run
+    replicas and gradient accumulation count (:meth:`bind`). ``prefetch_micro_batches``: the micro-batches
+    per replica a background thread keeps ready, as ``ipu.prefetch_micro_batches`` of a training run
     (``ipu.runtime.streams.host_batches_ahead``; 0: batches are built when the program needs them).
     """
 
     def __init__(self, dataset: Dataset | str | os.PathLike, batch_size: int, *, split: str = "train",
-                 shuffle: bool = True, augment: bool = False, prefetch_depth: int = 2) -> None:
+                 shuffle: bool = True, augment: bool = False, prefetch_micro_batches: int = 2) -> None:
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"IPUInfeedQueue: batch_size (samples per micro-batch per replica) must be an "
                              f"integer >= 1, got {batch_size!r}")
         self.dataset = dataset if isinstance(dataset, Dataset) else open_dataset(dataset_path(dataset), split)
         self.batch_size = int(batch_size)
-        self.shuffle, self.augment, self.prefetch_depth = shuffle, augment, prefetch_depth
+        self.shuffle, self.augment, self.prefetch_micro_batches = shuffle, augment, prefetch_micro_batches
         self.loader: Loader | None = None
 
     @property
@@ -73,7 +73,7 @@ class IPUInfeedQueue:
         if spec.micro_batch != self.batch_size:
             raise ValueError(f"batch spec micro-batch {spec.micro_batch} differs from batch_size {self.batch_size}")
         self.loader = Loader(self.dataset, spec, seed=seed, augment=self.augment, shuffle=self.shuffle,
-                             prefetch=host_batches_ahead(self.prefetch_depth, spec.grad_accum))
+                             prefetch_batches=host_batches_ahead(self.prefetch_micro_batches, spec.grad_accum))
 
     def next_steps(self, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """The next ``count`` weight updates' data for this instance: (uint8 images [local replicas,

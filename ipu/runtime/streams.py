@@ -3,7 +3,7 @@
 There is one infeed, and its prefetch is the loader's: ``data.loader.Loader`` builds the next
 batches on a background thread into a bounded queue while the current one computes, which is
 what the IO tiles do on an IPU (they hold the next micro-batches while the compute tiles work).
-``ipu.prefetch_depth`` sets both sides: the micro-batches each replica's IO tiles hold in the
+``ipu.prefetch_micro_batches`` sets both sides: the micro-batches each replica's IO tiles hold in the
 device model (``ipu.io_tiles``) and how far the loader's thread runs ahead
 (:func:`host_batches_ahead`). The time the training thread still waits for input is measured by
 the loader and reported by every run (``input_wait`` in its summary).
@@ -30,13 +30,13 @@ def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> Ba
                      num_instances=placement.num_instances, instance_index=placement.index)
 
 
-def host_batches_ahead(prefetch_depth: int, grad_accum: int) -> int:
-    """Host batches the loader's thread keeps ready so that each replica has ``prefetch_depth``
+def host_batches_ahead(prefetch_micro_batches: int, grad_accum: int) -> int:
+    """Host batches the loader's thread keeps ready so that each replica has ``prefetch_micro_batches``
     micro-batches ahead: one host batch holds ``grad_accum`` of them per replica (0: no prefetch,
     batches are built on the training thread)."""
-    if prefetch_depth < 0 or grad_accum < 1:
-        raise ValueError(f"prefetch_depth must be >= 0 and grad_accum >= 1, got {prefetch_depth}, {grad_accum}")
-    return -(-prefetch_depth // grad_accum)
+    if prefetch_micro_batches < 0 or grad_accum < 1:
+        raise ValueError(f"prefetch_micro_batches must be >= 0 and grad_accum >= 1, got {prefetch_micro_batches}, {grad_accum}")
+    return -(-prefetch_micro_batches // grad_accum)
 
 
 class ReplicaFeed:

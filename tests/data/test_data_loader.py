@@ -40,7 +40,7 @@ def test_global_batches_do_not_depend_on_the_instance_split(train, augment):
         for i in range(instances):
             spec = BatchSpec(micro_batch=2, grad_accum=2, local_replicas=local, num_instances=instances,
                              instance_index=i)
-            per_instance.append(_epoch(Loader(train, spec, seed=7, augment=augment, prefetch=0)))
+            per_instance.append(_epoch(Loader(train, spec, seed=7, augment=augment, prefetch_batches=0)))
         return [np.concatenate([b[s].images for b in per_instance]) for s in range(len(per_instance[0]))], \
                [np.concatenate([b[s].sample_ids for b in per_instance]) for s in range(len(per_instance[0]))]
 
@@ -75,7 +75,7 @@ def test_order_is_a_function_of_seed_and_epoch(train):
 def test_prefetch_stream_and_memory_give_identical_batches(train):
     spec = BatchSpec(micro_batch=3, local_replicas=2)
     config = AugmentConfig(scale=(0.5, 1.0))
-    variants = [Loader(train, spec, seed=4, augment=config, prefetch=p, cache=c)
+    variants = [Loader(train, spec, seed=4, augment=config, prefetch_batches=p, cache=c)
                 for p, c in ((0, "memory"), (3, "memory"), (1, "stream"), (0, "stream"))]
     assert variants[0].cache == "memory" and variants[2].cache == "stream"
     runs = [[b.images for b in v] for v in variants]
@@ -113,7 +113,7 @@ def test_position_and_state_validation(train):
 
 
 def test_breaking_out_stops_the_producer_thread(train):
-    loader = Loader(train, BatchSpec(micro_batch=1), seed=0, prefetch=2)
+    loader = Loader(train, BatchSpec(micro_batch=1), seed=0, prefetch_batches=2)
     iterator = iter(loader)
     next(iterator)
     assert any(t.name == "data-loader" for t in threading.enumerate())
@@ -141,7 +141,7 @@ def test_producer_errors_reach_the_training_thread(train, monkeypatch):
 
 def test_stream_mode_reads_only_the_instance_share(train, monkeypatch):
     spec = BatchSpec(micro_batch=2, local_replicas=1, num_instances=4, instance_index=2)
-    loader = Loader(train, spec, seed=1, cache="stream", prefetch=0)
+    loader = Loader(train, spec, seed=1, cache="stream", prefetch_batches=0)
     read = []
     real = train.read_rows
     monkeypatch.setattr(train, "read_rows", lambda rows, dst: (read.append(np.array(rows)), real(rows, dst)))
@@ -201,9 +201,9 @@ def test_another_process_builds_the_same_batch(tiny_file, tmp_path):
 
     code = (f"import numpy as np; from data import open_dataset, Loader, BatchSpec; "
             f"d = open_dataset({str(tiny_file)!r}, 'train'); "
-            f"b = Loader(d, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch=0).batch_at(2, 1); "
+            f"b = Loader(d, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch_batches=0).batch_at(2, 1); "
             f"np.save({str(tmp_path / 'b.npy')!r}, b.images)")
     subprocess.run([sys.executable, "-c", code], check=True)
     train = open_dataset(tiny_file, "train")
-    here = Loader(train, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch=0).batch_at(2, 1)
+    here = Loader(train, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch_batches=0).batch_at(2, 1)
     assert np.array_equal(np.load(tmp_path / "b.npy"), here.images)

@@ -44,7 +44,7 @@ def sgd(logits, labels):
 
 
 def feeds():
-    return IPUInfeedQueue(DATA, MICRO, prefetch_depth=0), IPUOutfeedQueue()
+    return IPUInfeedQueue(DATA, MICRO, prefetch_micro_batches=0), IPUOutfeedQueue()
 
 
 def train(program, outfeed, calls=2):

@@ -8,10 +8,10 @@ from ipu.io_tiles import io_overlaps, plan_io_tiles
 from ipu.runtime.streams import ReplicaFeed, host_batches_ahead
 
 
-def test_the_loader_keeps_prefetch_depth_micro_batches_ahead_of_each_replica():
+def test_the_loader_keeps_prefetch_micro_batches_ahead_of_each_replica():
     assert [host_batches_ahead(d, 1) for d in (0, 1, 2, 3)] == [0, 1, 2, 3]
     assert [host_batches_ahead(3, a) for a in (2, 3, 4, 256)] == [2, 1, 1, 1]
-    with pytest.raises(ValueError, match="prefetch_depth must be >= 0"):
+    with pytest.raises(ValueError, match="prefetch_micro_batches must be >= 0"):
         host_batches_ahead(-1, 1)
 
 
@@ -24,7 +24,7 @@ def test_overlap_rule():
 
 
 def test_io_tile_budget_is_ninety_percent_of_their_memory():
-    plan = plan_io_tiles(MK2_GC200, 32, batch_bytes=3 * 380 * 380 * 3, prefetch_depth=3, ipus_per_replica=2,
+    plan = plan_io_tiles(MK2_GC200, 32, batch_bytes=3 * 380 * 380 * 3, prefetch_micro_batches=3, ipus_per_replica=2,
                          schedule="grouped")
     assert plan.io_budget_bytes == int(32 * 624 * 1024 * 0.9)
     assert plan.compute_tiles == 1440 and plan.overlap

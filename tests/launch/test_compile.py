@@ -44,10 +44,10 @@ def test_the_default_run_fits_and_logs_its_memory_report(caplog):
 
 
 def test_the_plan_follows_the_config():
-    cfg = load_config("default", ["ipu.num_io_tiles=32", "ipu.prefetch_depth=2", "ipu.device_iterations=4",
+    cfg = load_config("default", ["ipu.num_io_tiles=32", "ipu.prefetch_micro_batches=2", "ipu.device_iterations=4",
                                   "ipu.chip=mk1", "optim.name=adam"])
     plan = ipu_plan(cfg, (28, 28, 1), 10, 10_000)
-    assert (plan.num_io_tiles, plan.prefetch_depth, plan.device_iterations, plan.chip) == (32, 2, 4, "mk1")
+    assert (plan.num_io_tiles, plan.prefetch_micro_batches, plan.device_iterations, plan.chip) == (32, 2, 4, "mk1")
     assert plan.optimizer == "adam" and plan.eight_bit_io and plan.replicas == 4 and plan.image_size == 28
 
 

@@ -30,7 +30,7 @@ TOPOLOGY = ["--config", "default", "--set", "model.name=efficientnet-tiny",
             "--set", "data.micro_batch=4", "--set", "data.grad_accum=2", "--set", "data.replicas=4",
             "--set", "data.augment=true", "--set", "data.mixup_alpha=0.2", "--set", "data.cutmix_lambda=0.85",
             "--set", "run.max_steps=20", "--set", "run.evaluate=false", "--set", "run.plots=false",
-            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "ipu.prefetch_depth=0",
+            "--set", "run.checksum_every=5", "--set", "run.progress_bar=false", "--set", "ipu.prefetch_micro_batches=0",
             "--set", "schedule.warmup_epochs=0", "--set", "schedule.warmup_steps=5"]
 
 
@@ -61,7 +61,7 @@ def test_losses_do_not_depend_on_how_replicas_are_split_over_instances(tmp_path)
 def test_one_instance_with_two_threads_trains_bitwise_like_two_with_one(tmp_path):
     """poprun_py gives an instance one thread per CPU it owns: on 2 CPUs, 1 x 4 computes with 2
     threads and 2 x 2 with 1 each; no split of the work may depend on that (models/kernels/gemm.py)."""
-    args = [*TOPOLOGY, "--set", "run.max_steps=6", "--set", "data.augment=false", "--set", "ipu.prefetch_depth=1"]
+    args = [*TOPOLOGY, "--set", "run.max_steps=6", "--set", "data.augment=false", "--set", "ipu.prefetch_micro_batches=1"]
     free = {k: v for k, v in env().items() if not k.endswith("_NUM_THREADS")}  # the launcher decides
     states = []
     for instances in (1, 2):
