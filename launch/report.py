@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ipu.runtime.phases import PHASES
 from launch.tensorboard import open_tensorboard
+from launch.thread_report import describe_threads
 
 logger = logging.getLogger(__name__)
 
@@ -151,3 +153,24 @@ def summary_text(summary: dict[str, Any]) -> str:
 
 
 __all__ = ["MetricsLog", "plot_metrics", "predicted_pod_images_per_s", "summary_text"]
+
+
+def run_end_text(summary: dict[str, Any], threads, num_instances: int) -> str:
+    """The lines a run ends with: the summary table, the threads, the throughput (CPU and the POD
+    prediction), where the update time went, and, with several instances, the one the others wait for."""
+    own_lines = ("instance_", "critical_")  # per-instance lists and the critical path: lines of their own
+    lines = [summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith(own_lines)}),
+             f"Threads: {describe_threads(threads)}",
+             f"CPU-emulated throughput: {summary['cpu_images_per_s']:,.1f} images/s; predicted on "
+             f"{summary['predicted_pod']}: {summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s"]
+    if "outside_model_share" in summary:
+        parts = ", ".join(f"{name.replace('_', ' ')} {summary[f'share_{name}']:.1%}" for name in PHASES
+                          if name != "model")
+        lines.append(f"Update time outside the model (instance 0): {summary['outside_model_share']:.1%} ({parts}, "
+                     f"other {summary['share_other']:.1%})")
+    if summary.get("critical_instance") is not None and num_instances > 1:
+        waits = ", ".join(f"{w:.1%}" for w in summary["instance_wait_share"])
+        lines.append(f"On instance {summary['critical_instance']}, the one the others wait for: "
+                     f"{summary['critical_outside_model_share']:.1%} outside the model; each instance's wait for it "
+                     f"(0, 1, ...): {waits} of its update time")
+    return "\n".join(lines)

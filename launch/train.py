@@ -54,8 +54,8 @@ from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
 from launch.distribute import distribute, placement
 from launch.entry import EXIT_INTERRUPTED
-from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
-from launch.thread_report import describe_threads, gather_thread_report, oversubscribed_hosts
+from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, run_end_text
+from launch.thread_report import gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
 from poprun_py.errors import signal_name
 
@@ -377,22 +377,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
         plot_metrics(log.records(), cfg.run.run_dir)
     log.close()
     Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    # per-instance lists and the critical path get lines of their own below
-    own_lines = ("instance_", "critical_")
-    print(summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith(own_lines)}), flush=True)
-    print(f"Threads: {describe_threads(threads)}", flush=True)
-    print(f"CPU-emulated throughput: {cpu:,.1f} images/s; predicted on {summary['predicted_pod']}: "
-          f"{summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s", flush=True)
-    if "outside_model_share" in summary:
-        parts = ", ".join(f"{name.replace('_', ' ')} {summary[f'share_{name}']:.1%}" for name in PHASES
-                          if name != "model")
-        print(f"Update time outside the model (instance 0): {summary['outside_model_share']:.1%} ({parts}, "
-              f"other {summary['share_other']:.1%})", flush=True)
-    if summary.get("critical_instance") is not None and t.placement.num_instances > 1:
-        j = summary["critical_instance"]
-        waits = ", ".join(f"{w:.1%}" for w in summary["instance_wait_share"])
-        print(f"On instance {j}, the one the others wait for: {summary['critical_outside_model_share']:.1%} outside "
-              f"the model; each instance's wait for it (0, 1, ...): {waits} of its update time", flush=True)
+    print(run_end_text(summary, threads, t.placement.num_instances), flush=True)
     return 0
 
 
