@@ -95,8 +95,11 @@ def hang_report(states: list[InstanceState], now: float, timeout: float) -> str:
             what = f"{last} ({now - s.last_activity:.1f} s ago)"
         mark = "STUCK " if s in stuck else "      "
         lines.append(f"  {mark}instance {s.index} (host {s.host}, pid {s.pid}): {what}")
-    waiting = [s for s in stuck if s.last_what.startswith("in ")]
-    others = [s for s in stuck if s not in waiting]
+    # Those in a collective wait for those elsewhere, whichever of them reported last before the hang
+    # (a race of milliseconds): the timeout decides that the job is stuck, not who is to blame.
+    running = [s for s in states if not s.ended]
+    waiting = [s for s in running if s.last_what.startswith("in ")]
+    others = [s for s in running if s not in waiting]
     if waiting and others:
         lines.append(
             f"  likely culprit: {plural(len(others), 'instance', with_count=False)} "
