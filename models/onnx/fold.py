@@ -1,0 +1,149 @@
+"""Constant folding for ``graph.py``: a numpy evaluator of the shape arithmetic that exporters emit
+(``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` for a flatten, ``Constant`` nodes, casts, slices),
+and the attribute normalisation that hides opset differences from the importer's users.
+
+A node is folded when every input is a constant (an initializer, a ``Constant`` or an earlier folded
+value) or, for ``Shape``, when its input's shape is static. Only the ops in ``EVALUATORS`` fold; a node
+of another op with constant inputs stays a node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+
+def attribute_values(node: onnx.NodeProto) -> dict:
+    """A node's attributes as plain Python: numbers, strings, lists, numpy arrays for tensors."""
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, list):
+            v = [x.decode() if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+def _axes(attrs, inputs, i):
+    if len(inputs) > i and inputs[i] is not None:
+        return [int(a) for a in np.asarray(inputs[i]).reshape(-1)]
+    return list(attrs.get("axes", []))
+
+
+def _unsqueeze(x, attrs, inputs):
+    axes = _axes(attrs, inputs, 1)
+    rank = x.ndim + len(axes)
+    for a in sorted(a % rank for a in axes):
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _squeeze(x, attrs, inputs):
+    axes = _axes(attrs, inputs, 1)
+    return np.squeeze(x, tuple(a % x.ndim for a in axes)) if axes else np.squeeze(x)
+
+
+def _slice(x, attrs, inputs, opset):
+    if opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes, steps = attrs.get("axes", list(range(len(starts)))), [1] * len(starts)
+    else:
+        starts, ends = list(inputs[1]), list(inputs[2])
+        axes = list(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
+        steps = list(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        index[int(a) % x.ndim] = slice(int(s), int(e), int(st))
+    return x[tuple(index)]
+
+
+def _reshape(x, shape, allowzero=0):
+    shape = [int(s) for s in shape]
+    if not allowzero:
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return x.reshape(shape)
+
+
+def _divide(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.trunc(a / b).astype(np.result_type(a, b))
+    return a / b
+
+
+def _reduce_prod(x, attrs, inputs):
+    axes = _axes(attrs, inputs, 1)
+    return np.prod(x, axis=tuple(axes) if axes else None, keepdims=bool(attrs.get("keepdims", 1)))
+
+
+def _constant(attrs):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in attrs:
+            v = attrs[key]
+            dtype = np.float32 if "float" in key else np.int64 if "int" in key else None
+            return np.asarray(v, dtype=dtype)
+    raise ValueError(f"Constant with attributes {sorted(attrs)} is not supported (only numeric values)")
+
+
+EVALUATORS = {
+    "Constant": lambda a, i, o: _constant(a),
+    "Identity": lambda a, i, o: i[0],
+    "Cast": lambda a, i, o: i[0].astype(helper.tensor_dtype_to_np_dtype(a["to"])),
+    "Gather": lambda a, i, o: np.take(i[0], i[1], axis=a.get("axis", 0)),
+    "Concat": lambda a, i, o: np.concatenate([np.atleast_1d(x) if x.ndim == 0 else x for x in i], axis=a["axis"]),
+    "Unsqueeze": lambda a, i, o: _unsqueeze(i[0], a, i),
+    "Squeeze": lambda a, i, o: _squeeze(i[0], a, i),
+    "Slice": lambda a, i, o: _slice(i[0], a, i, o),
+    "Reshape": lambda a, i, o: _reshape(i[0], i[1] if len(i) > 1 else a["shape"], a.get("allowzero", 0)),
+    "Flatten": lambda a, i, o: i[0].reshape(int(np.prod(i[0].shape[:a.get("axis", 1) % max(1, i[0].ndim)])), -1),
+    "Transpose": lambda a, i, o: np.transpose(i[0], a.get("perm")),
+    "Add": lambda a, i, o: i[0] + i[1],
+    "Sub": lambda a, i, o: i[0] - i[1],
+    "Mul": lambda a, i, o: i[0] * i[1],
+    "Div": lambda a, i, o: _divide(i[0], i[1]),
+    "Neg": lambda a, i, o: -i[0],
+    "Floor": lambda a, i, o: np.floor(i[0]),
+    "Ceil": lambda a, i, o: np.ceil(i[0]),
+    "Sqrt": lambda a, i, o: np.sqrt(i[0]),
+    "Equal": lambda a, i, o: np.equal(i[0], i[1]),
+    "Where": lambda a, i, o: np.where(i[0], i[1], i[2]),
+    "Max": lambda a, i, o: np.maximum.reduce(i),
+    "Min": lambda a, i, o: np.minimum.reduce(i),
+    "Expand": lambda a, i, o: i[0] * np.ones([int(s) for s in i[1]], i[0].dtype),
+    "Range": lambda a, i, o: np.arange(i[0], i[1], i[2]).astype(np.result_type(i[0])),
+    "ConstantOfShape": lambda a, i, o: np.full([int(s) for s in i[0]], a["value"].reshape(-1)[0] if "value" in a
+                                               else np.float32(0), dtype=a["value"].dtype if "value" in a
+                                               else np.float32),
+    "ReduceProd": lambda a, i, o: _reduce_prod(i[0], a, i),
+}
+
+
+def evaluate(op: str, attrs: dict, inputs: list, opset: int) -> np.ndarray:
+    """The value of a node whose inputs are all constants (None for an omitted optional input)."""
+    return np.asarray(EVALUATORS[op](attrs, inputs, opset))
+
+
+# Inputs that an opset passes as constant tensors and an older one as attributes: the importer moves
+# them into the node's attributes (op -> {input index: attribute name}), so that a node reads the same at
+# every opset. Clip's min/max stay None when absent.
+INPUTS_AS_ATTRIBUTES = {
+    "Clip": {1: "min", 2: "max"},
+    "Squeeze": {1: "axes"},
+    "Unsqueeze": {1: "axes"},
+    "ReduceMean": {1: "axes"},
+    "Dropout": {1: "ratio", 2: "training_mode"},
+    "Reshape": {1: "shape"},
+}
+
+
+def as_attribute(op: str, key: str, value: np.ndarray):
+    value = np.asarray(value)
+    if key in ("axes", "shape"):
+        return [int(v) for v in value.reshape(-1)]
+    if key == "training_mode":
+        return bool(value)
+    return float(value)

@@ -1,0 +1,332 @@
+"""Read an ONNX network into a neutral, framework-free list of nodes.
+
+``load_graph(source, image_size=None, batch_size=None)`` takes a path or an ``onnx.ModelProto`` and:
+
+1. reads it with ``onnx.load`` (an unreadable or truncated file: one line naming the file);
+2. checks the model's opset against the installed ``onnx`` (newer: one line) and every node's op
+   against ``SUPPORTED_OPS`` (``UnsupportedOpError`` naming op, node, inputs and the supported list,
+   before anything else runs);
+3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
+   (strict, with data propagation; the model's own opset is honoured);
+4. folds constant subgraphs (``fold.py``) and infers shapes again;
+5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``.
+
+The input must be one image batch ``[N, C, H, W]``. ``image_size`` (an int or ``(H, W)``) sets H and W,
+fixed or not; ``batch_size`` sets N where it is dynamic (a fixed N stays: counts scale per sample). A
+dynamic dimension that the options do not fix is an error. Every tensor of the result has a static shape.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
+
+# Ops that become layers (or profile rows). SiLU and HardSwish also come from their Mul patterns.
+COMPUTE_OPS = frozenset({
+    "Conv", "Gemm", "MatMul", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
+    "LayerNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu",
+    "Add", "Sub", "Mul", "Div", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
+    "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Dropout", "Softmax", "Identity"})
+# Ops that only compute constants: supported when folding removes them.
+CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
+SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS))
+# Ops that only move data: no work in the profile.
+DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+
+
+class OnnxImportError(ValueError):
+    """Bad ONNX input, said in one line."""
+
+
+class UnsupportedOpError(OnnxImportError):
+    """A node whose op the importer does not know."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of the graph. ``inputs`` are the tensors it reads (data, then weights); constant
+    operands that some opsets pass as inputs (Clip's bounds, Squeeze/Unsqueeze/ReduceMean axes,
+    Dropout's ratio, Reshape's shape) are in ``attrs`` instead. ``op`` is the ONNX op type, or
+    ``SiLU`` for the fused ``Mul(x, Sigmoid(x))``."""
+
+    op: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Graph:
+    """A network read by ``load_graph``. ``initializers`` holds every constant a node reads (the file's
+    initializers and folded values) as numpy arrays; ``params`` names those that are trainable weights
+    (see ``param_inputs``), in first-use order."""
+
+    name: str
+    input: str
+    input_shape: tuple[int, int, int, int]  # N, C, H, W
+    outputs: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray]
+    params: list[str]
+    opset: int
+    shapes: dict[str, tuple[int, ...]]
+
+
+def param_inputs(node: Node, constants) -> list[str]:
+    """The node's inputs that are trainable weights: Conv/Gemm/MatMul weights and biases, norm scales
+    and offsets (not batch norm's running statistics), and a non-scalar constant operand of an
+    element-wise Add/Sub/Mul/Div (a learned bias or scale); scalar constants are not parameters."""
+    if node.op in ("Conv", "Gemm", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
+                   "LayerNormalization"):
+        return [t for t in node.inputs[1:3] if t in constants]
+    if node.op in ("MatMul", "Add", "Sub", "Mul", "Div"):
+        return [t for t in node.inputs if t in constants and (node.op == "MatMul" or constants[t].size > 1)]
+    return []
+
+
+def read_model(source) -> onnx.ModelProto:
+    """The model of a path or a ModelProto (copied); one line for a file that cannot be read."""
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        return model
+    path = os.fspath(source)
+    try:
+        model = onnx.load(path)
+    except OSError as e:
+        raise OnnxImportError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise OnnxImportError(f"{path}: not a readable ONNX model (truncated or corrupt file: "
+                              f"{_line(e)})") from None
+    if not model.graph.node:
+        raise OnnxImportError(f"{path}: not a readable ONNX model (no graph nodes; truncated or corrupt file?)")
+    return model
+
+
+def _line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _opset(model: onnx.ModelProto, where: str) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise OnnxImportError(f"{where}: the model imports no version of the default ONNX opset")
+    known = onnx.defs.onnx_opset_version()
+    if versions[0] > known:
+        raise OnnxImportError(f"{where}: opset {versions[0]} is newer than the installed onnx {onnx.__version__} "
+                              f"knows (up to {known}); export with opset <= {known}")
+    return versions[0]
+
+
+def unsupported(node, where: str, extra: str = "") -> UnsupportedOpError:
+    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    return UnsupportedOpError(
+        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(node.input)}){extra}; "
+        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)))")
+
+
+def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
+    """``UnsupportedOpError`` for the first node whose op is not in ``SUPPORTED_OPS``."""
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
+            raise unsupported(node, where)
+
+
+def _dims(value_info) -> list:
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in t.shape.dim]
+
+
+def _fix_input(model, where, image_size, batch_size) -> tuple[str, tuple[int, int, int, int]]:
+    init = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in init]
+    if len(inputs) != 1:
+        raise OnnxImportError(f"{where}: expected one graph input (an image batch [N, C, H, W]), "
+                              f"got {len(inputs)}: {[i.name for i in inputs]}")
+    x = inputs[0]
+    dims = _dims(x)
+    if len(dims) != 4 or x.type.tensor_type.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                                                              onnx.TensorProto.FLOAT16):
+        raise OnnxImportError(f"{where}: graph input {x.name!r} of shape {dims} is not an image batch "
+                              f"[N, C, H, W] of floats")
+    if isinstance(dims[1], int) and isinstance(dims[3], int) and dims[3] in (1, 3) and dims[1] > 4:
+        raise OnnxImportError(f"{where}: graph input {x.name!r} of shape {dims} looks channels-last; expected an "
+                              f"image batch [N, C, H, W]")
+    hw = (image_size, image_size) if isinstance(image_size, int) else image_size
+    wanted = [dims[0] if isinstance(dims[0], int) else batch_size, dims[1],
+              *(hw if hw is not None else dims[2:])]
+    for axis, (v, what) in enumerate(zip(wanted, ("batch size (batch_size)", "channels", "height (image_size)",
+                                                  "width (image_size)"))):
+        if not isinstance(v, int) or v < 1:
+            raise OnnxImportError(f"{where}: graph input {x.name!r} of shape {dims}: dimension {axis} "
+                                  f"({dims[axis]!r}) is dynamic; give the {what}")
+        x.type.tensor_type.shape.dim[axis].Clear()
+        x.type.tensor_type.shape.dim[axis].dim_value = v
+    return x.name, tuple(wanted)
+
+
+def _infer(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        for d in out.type.tensor_type.shape.dim:  # inferred again from the fixed input
+            d.Clear()
+    try:
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise OnnxImportError(f"{where}: shape inference failed: {_line(e)}") from None
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, list]:
+    g = model.graph
+    out = {t.name: list(t.dims) for t in g.initializer}
+    for v in [*g.input, *g.value_info, *g.output]:
+        out[v.name] = _dims(v)
+    return out
+
+
+def _fold(model: onnx.ModelProto, opset: int, where: str) -> onnx.ModelProto:
+    """Replace every node whose value is constant by an initializer."""
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    shapes = _shapes(model)
+    keep = []
+    for node in g.node:
+        attrs = attribute_values(node)
+        args = [consts.get(t) if t else None for t in node.input]
+        value = None
+        try:
+            if node.op_type == "Shape" and all(isinstance(d, int) for d in shapes.get(node.input[0], ["?"])):
+                dims = shapes[node.input[0]]
+                value = np.array(dims[attrs.get("start", 0):attrs.get("end", len(dims))], np.int64)
+            elif node.op_type in EVALUATORS and all(a is not None for t, a in zip(node.input, args) if t):
+                value = evaluate(node.op_type, attrs, args, opset)
+        except Exception as e:
+            raise OnnxImportError(f"{where}: cannot fold constant node {node.name!r} ({node.op_type}): "
+                                  f"{_line(e)}") from None
+        if value is None or len(node.output) != 1:
+            keep.append(node)
+            continue
+        consts[node.output[0]] = value
+        g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
+    initialized = {t.name for t in g.initializer}
+    used = {t for n in keep for t in n.input} | {o.name for o in g.output}
+    kept_init = [t for t in g.initializer if t.name in used]
+    del g.node[:], g.initializer[:]
+    g.node.extend(keep)
+    g.initializer.extend(kept_init)
+    names = {t.name for t in kept_init}
+    graph_inputs = [i for i in g.input if i.name not in initialized or i.name in names]
+    del g.input[:]
+    g.input.extend(graph_inputs)
+    return model
+
+
+def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
+    dims = shapes.get(name)
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        raise OnnxImportError(f"{where}: tensor {name!r} of node {node.name!r} ({node.op_type}) has a dynamic "
+                              f"shape {dims} that the options (image_size, batch_size) do not fix")
+    return tuple(dims)
+
+
+def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> list[Node]:
+    out = []
+    for node in model.graph.node:
+        if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS:
+            raise unsupported(node, where, " (supported only where its value is a constant; here it is not)")
+        attrs = attribute_values(node)
+        moved = INPUTS_AS_ATTRIBUTES.get(node.op_type, {})
+        inputs = []
+        for i, t in enumerate(node.input):
+            if i in moved and t:
+                if t not in consts:
+                    raise OnnxImportError(f"{where}: node {node.name!r} ({node.op_type}): input {i} ({t!r}) "
+                                          f"must be a constant")
+                attrs[moved[i]] = as_attribute(node.op_type, moved[i], consts[t])
+            elif i not in moved:
+                inputs.append(t)
+        if node.op_type == "ReduceMean":
+            rank = len(shapes.get(node.input[0], []))
+            if rank != 4 or sorted(a % rank for a in attrs.get("axes", [])) != [2, 3]:
+                raise unsupported(node, where, f" (supported over H and W of an image batch only; axes "
+                                  f"{attrs.get('axes', 'all')} of a rank-{rank} tensor)")
+        outputs = [t for t in node.output if t]
+        if node.op_type == "Dropout":
+            outputs = outputs[:1]
+        out.append(Node(node.op_type, node.name or f"{node.op_type}_{len(out)}", tuple(inputs), tuple(outputs),
+                        tuple(_static(t, shapes, node, where) if t else () for t in inputs),
+                        tuple(_static(t, shapes, node, where) for t in outputs), attrs))
+    return out
+
+
+def _fuse(nodes: list[Node], graph_outputs) -> list[Node]:
+    """SiLU = Mul(x, Sigmoid(x)) and HardSwish = Mul(x, HardSigmoid(x; 1/6, 1/2)), when the gate
+    feeds only that Mul."""
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    by_output = {n.outputs[0]: n for n in nodes if n.outputs}
+    fused, drop = {}, set()
+    for n in nodes:
+        if n.op != "Mul" or len(n.inputs) != 2:
+            continue
+        for gate_t, x in (n.inputs, n.inputs[::-1]):
+            gate = by_output.get(gate_t)
+            if gate is None or gate.inputs[:1] != (x,) or readers.get(gate_t) != 1 or gate_t in graph_outputs:
+                continue
+            if gate.op == "Sigmoid":
+                op = "SiLU"
+            elif gate.op == "HardSigmoid" and abs(gate.attrs.get("alpha", 0.2) - 1 / 6) < 1e-6 \
+                    and abs(gate.attrs.get("beta", 0.5) - 0.5) < 1e-6:
+                op = "HardSwish"
+            else:
+                continue
+            fused[id(n)] = Node(op, n.name, (x,), n.outputs, gate.input_shapes, n.output_shapes, {})
+            drop.add(id(gate))
+            break
+    return [fused.get(id(n), n) for n in nodes if id(n) not in drop]
+
+
+def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_size: int | None = None) -> Graph:
+    """The network of ``source`` (a path or an ``onnx.ModelProto``) as a ``Graph``; see the module doc."""
+    model = read_model(source)
+    where = str(source) if not isinstance(source, onnx.ModelProto) else (model.graph.name or "model")
+    opset = _opset(model, where)
+    if model.functions:
+        from onnx import inliner
+        model = inliner.inline_local_functions(model)
+    check_ops(model, where)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
+    name, input_shape = _fix_input(model, where, image_size, batch_size)
+    model = _fold(_infer(model, where), opset, where)
+    model = _infer(model, where)
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    shapes = {k: v for k, v in _shapes(model).items()}
+    nodes = _fuse(_nodes(model, shapes, consts, where), {o.name for o in model.graph.output})
+    params: list[str] = []
+    for n in nodes:
+        params += [t for t in param_inputs(n, consts) if t not in params]
+    outputs = tuple(o.name for o in model.graph.output)
+    for t in outputs:
+        if t in consts:
+            raise OnnxImportError(f"{where}: graph output {t!r} is a constant, not computed from the input")
+    out_shapes = tuple(_static(t, shapes, model.graph.node[-1], where) for t in outputs)
+    return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
+                 consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)})
