@@ -12,7 +12,8 @@ twice the forward's multiply-adds for matrix layers):
 - ``BatchNormalization``, ``GroupNormalization``, ``InstanceNormalization``, ``LayerNormalization``: ``norm``.
 - Activations (``Relu``, ``Clip``, ``Sigmoid``, ``HardSigmoid``, ``HardSwish``, ``Tanh``, ``Gelu``,
   ``SiLU``): ``act``. One that reads a norm's or a residual add's output alone keeps nothing (the engine
-  fuses it there and recomputes), as the built-in models count it. The cost model costs every ``act`` as
+  fuses it there and recomputes), as the built-in models count it; a ReLU after a residual add is one
+  FLOP per element each way (the engine's fused add + ReLU, as ``models/residual.py`` counts it). The cost model costs every ``act`` as
   the workload's activation function.
 - ``Add``/``Sub`` of two computed tensors of the output's shape: ``add`` (a residual add).
 - ``MaxPool`` / ``AveragePool``: ``pool`` with k*k FLOPs per output; ``GlobalAveragePool`` and
@@ -89,6 +90,8 @@ class _Rows:
         if op in ACTIVATIONS:
             src = self.producer.get(node.inputs[0])
             fused = src is not None and (src.op in NORMS or src.op == "Add") and self._readers(node.inputs[0]) == 1
+            if fused and op == "Relu" and src.op == "Add":  # the engine's add_relu: one FLOP each way
+                return [_row(node, block, "act", e, e, 0, params)]
             return [_row(node, block, "act", 4 * e, 6 * e, 0 if fused else e, params)]
         if op in ("Add", "Sub", "Mul", "Div"):
             live = self.computed(node)

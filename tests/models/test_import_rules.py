@@ -61,6 +61,11 @@ def test_kernels_import_no_layer():
     assert offenders("models/kernels", lambda m: _under(m, "models") and not _under(m, "models.kernels")) == {}
 
 
+def test_onnx_importer_imports_no_kernels():
+    """models.onnx (shared by prediction and training) reads layers and profiles, never kernels' internals."""
+    assert offenders("models/onnx", lambda m: _under(m, "models.kernels")) == {}
+
+
 def test_jit_imports_none_of_the_project():
     assert offenders("jit", lambda m: _under(m, *[p for p in PROJECT if p != "jit"])) == {}
 

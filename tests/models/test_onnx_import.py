@@ -116,15 +116,15 @@ def test_resnet_style_profile_exact_counts():
     assert by["stem.pool"].kind == "pool" and by["stem.pool"].flops_fwd == 9 * 2 * 8 * 16 * 16
     assert by["head.pool"].flops_fwd == 2 * 16 * 8 * 8 and by["head.pool"].activation_elems == 32
     assert by["layer1.add"].kind == "add" and by["layer1.add"].flops_fwd == 2 * 8 * 16 * 16
-    assert by["layer1.relu2"].saved_elems == 0 and by["stem.bn"].flops_fwd == 8 * 2 * 8 * 32 * 32
+    assert (by["layer1.relu2"].flops_fwd, by["layer1.relu2"].saved_elems) == (2 * 8 * 16 * 16, 0) and by["stem.bn"].flops_fwd == 8 * 2 * 8 * 32 * 32
     assert rows[-1].kind == "loss" and rows[-1].flops_fwd == 6 * 20
     e = {"stem": 2 * 8 * 32 * 32, "l1": 2 * 8 * 16 * 16, "l2": 2 * 16 * 8 * 8}
     conv_flops = 2 * sum(macs.values())
     pool = 9 * e["l1"] + 2 * 16 * 8 * 8
     adds = e["l1"] + e["l2"]
-    expected = conv_flops + pool + adds + 120 \
-        + 8 * (e["stem"] + 2 * e["l1"] + 3 * e["l2"]) + 4 * (e["stem"] + 2 * e["l1"] + 2 * e["l2"])
-    assert sum(r.flops_fwd for r in rows) == expected == 3388152
+    expected = conv_flops + pool + 2 * adds + 120 \
+        + 8 * (e["stem"] + 2 * e["l1"] + 3 * e["l2"]) + 4 * (e["stem"] + e["l1"] + e["l2"])  # ReLU after add: 1
+    assert sum(r.flops_fwd for r in rows) == expected == 3369720
     assert [r.block for r in rows if r.kind != "loss"][:4] == ["stem"] * 4
     assert OnnxNetwork(load_graph(model, batch_size=2)).blocks() == ["stem", "layer1", "layer2", "head", "fc"]
 
@@ -240,3 +240,32 @@ def test_named_split_nodes_start_blocks():
     assert net.blocks() == ["stem.conv", "layer2.conv1", "fc.gemm"]
     with pytest.raises(OnnxImportError, match="not nodes of the graph"):
         OnnxNetwork(load_graph(resnet_style(), batch_size=1), blocks=["nope"])
+
+
+@pytest.mark.torch
+def test_legacy_torch_export_of_the_builtin_resnet_matches_its_profile():
+    """torch's TorchScript exporter (``dynamo=False``; the dynamo one needs onnxscript, not installed) of
+    the torchvision-layout ResNet-18 oracle, BN kept (training mode): the same rows, parameters, FLOPs and
+    activations as the built-in model (row order differs only where torch runs the shortcut first)."""
+    import io
+    import warnings
+
+    import torch
+
+    from models import build_model
+    from tests.models.torch_resnet_ref import ResNetRef
+
+    ref = ResNetRef("resnet18", num_classes=10, width=8).train()
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ref, (torch.randn(2, 3, 32, 32),), f, dynamo=False, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    net = OnnxNetwork(load_graph(onnx.load_from_string(f.getvalue()), batch_size=4))
+    rows, builtin = net.profile(4), build_model("resnet18", 10, width=8, resolution=32).profile(4)
+    assert net.blocks() == ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]
+    assert sorted(r.kind for r in rows) == sorted(r.kind for r in builtin)
+    for key in ("params", "flops_fwd", "flops_bwd", "activation_elems"):
+        assert sum(getattr(r, key) for r in rows) == sum(getattr(r, key) for r in builtin), key
+    assert sum(r.params for r in rows) == sum(p.numel() for p in ref.parameters()) == 177362
