@@ -73,7 +73,8 @@ def sweep(base: IpuPlan, choices: Sequence[Mapping[str, object]], profile_for: P
 
 
 HEADER = ("#", "system", "IPUs/rep", "replicas", "micro", "GA", "batch", "precision", "splits", "fits",
-          "peak tile", "step ms", "images/s", "train h", "util")
+          "peak tile", "step ms", "images/s", "train h", "util", "also")
+SHOWN = ("system", "ipus_per_replica", "micro_batch", "global_batch", "precision")  # the other options go to "also"
 
 
 def _cells(i: int, r: Row) -> tuple[str, ...]:
@@ -83,7 +84,8 @@ def _cells(i: int, r: Row) -> tuple[str, ...]:
     return (str(i), p.system, str(p.ipus_per_replica), str(p.replicas), str(p.micro_batch),
             str(p.gradient_accumulation), str(p.global_batch), p.precision, splits + (" (auto)" if r.auto_split else ""),
             "yes" if r.fits else "NO", f"{format_bytes(r.peak_tile_bytes)}/{format_bytes(p.pod.chip.memory_per_tile)}",
-            f"{r.step_time_s * 1e3:.1f}", f"{r.images_per_s:,.0f}", f"{r.time_to_train_h:.2f}", f"{r.utilisation:.1%}")
+            f"{r.step_time_s * 1e3:.1f}", f"{r.images_per_s:,.0f}", f"{r.time_to_train_h:.2f}", f"{r.utilisation:.1%}",
+            describe_choice({k: v for k, v in r.choice.items() if k not in SHOWN}))
 
 
 def format_table(rows: Sequence[Row], title: str) -> str:
@@ -91,12 +93,12 @@ def format_table(rows: Sequence[Row], title: str) -> str:
     valid = [r for r in rows if r.plan is not None]
     body = [HEADER] + [_cells(i, r) for i, r in enumerate(valid, 1)]
     widths = [max(len(line[k]) for line in body) for k in range(len(HEADER))]
-    lines = [title] + ["  ".join(c.rjust(w) if k not in (1, 7, 8) else c.ljust(w)
+    lines = [title] + ["  ".join(c.rjust(w) if k not in (1, 7, 8, 15) else c.ljust(w)
                                  for k, (c, w) in enumerate(zip(line, widths))).rstrip() for line in body]
     misfits = sum(1 for r in valid if not r.fits)
     lines.append(f"{len(valid) - misfits} of {len(rows)} combinations fit, fastest first; {misfits} do not fit "
                  "(fits NO: the out-of-memory figures are hypothetical); peak tile: the fullest tile's bytes / a "
-                 "tile's memory; (auto): pipeline split balanced by FLOPs")
+                 "tile's memory; (auto): pipeline split balanced by FLOPs; also: the other options swept")
     for r in rows:
         if r.plan is None:
             lines.append(f"cannot run: {r.error}")
@@ -128,7 +130,7 @@ def sweep_dict(name: str, rows: Sequence[Row], epochs: float, options: Mapping[s
 
 
 def plot_sweep(rows: Sequence[Row], path: Path, title: str) -> Path:
-    """Images per second against POD size (IPUs, log scale), one line per choice of the other options;
+    """Images per second against POD size (both log scales), one line per choice of the other options;
     filled markers fit, crosses do not."""
     import matplotlib
 
@@ -150,6 +152,7 @@ def plot_sweep(rows: Sequence[Row], path: Path, title: str) -> Path:
             ax.plot(x, y, "o" if r.fits else "x", color=line.get_color(), markersize=7 if r.fits else 9)
     systems = sorted({r.plan.system for r in rows if r.plan is not None}, key=lambda s: get_system(s).num_ipus)
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xticks([get_system(s).num_ipus for s in systems], systems)
     ax.set_xlabel("IPU-POD (IPUs, log scale)")
     ax.set_ylabel("predicted images per second")
