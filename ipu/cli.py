@@ -113,9 +113,10 @@ def _validate(args) -> int:
     return 0
 
 
-def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None) -> dict:
-    """One preset's prediction and memory fit as plain data (the ``--json`` interface)."""
-    profile = load_profile(plan)
+def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None, profile: list | None = None) -> dict:
+    """One preset's prediction and memory fit as plain data (the ``--json`` interface); ``profile``: the
+    layer profile (default: the plan's model, ``load_profile``)."""
+    profile = load_profile(plan) if profile is None else profile
     memory = fit(plan, profile)
     p = predict(plan, profile)
     epochs = plan.epochs if epochs is None else epochs
@@ -141,9 +142,11 @@ def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None) -> di
     return out
 
 
-def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: Path | None = None) -> str:
-    """The full text for one configuration: plan, memory fit, prediction and comparison."""
-    profile = load_profile(plan)
+def describe(name: str, plan: IpuPlan, epochs: float | None = None, report_dir: Path | None = None,
+             profile: list | None = None) -> str:
+    """The full text for one configuration: plan, memory fit, prediction and comparison; ``profile``: the
+    layer profile (default: the plan's model, ``load_profile``)."""
+    profile = load_profile(plan) if profile is None else profile
     memory = fit(plan, profile)
     prediction = predict(plan, profile)
     title = f"{plan.model} {dict(plan.model_overrides)} at {plan.image_size}px on {plan.system} ({plan.chip})"

@@ -1,4 +1,4 @@
-"""The console scripts ``poprun-train`` and ``poprun-study``: a Ctrl-C at any moment, the imports
+"""The console scripts ``poprun-train``, ``poprun-study`` and ``poprun-ipu``: a Ctrl-C at any moment, the imports
 included, ends the command with one line on stderr and exit status 130 (never a traceback).
 
 The commands themselves say more when they can (``launch.train`` stops after an update with a
@@ -27,3 +27,7 @@ def train() -> int:
 
 def study() -> int:
     return _run("launch.study.cli", "poprun-study")
+
+
+def ipu() -> int:
+    return _run("launch.predict", "poprun-ipu")
