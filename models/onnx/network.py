@@ -1,0 +1,391 @@
+"""A trainable model of the numpy engine built from an imported ONNX graph (``graph.load_graph``).
+
+``graph_model(graph)`` turns every node into one of the engine's layers, or a small numpy op for
+what the layer API has no layer for (``ops.py``), and wires them as the graph says. ``GraphBlock``
+is the DAG executor: forward runs its ops in topological order keeping tensors by name; backward runs
+them in reverse, and a tensor read by several ops gets the sum of their gradients. The graph is cut
+into blocks (pipeline split points) where exactly one tensor crosses, grouped by the exporter's node
+name prefixes (``/layer1/...`` -> ``layer1``), so ``GraphModel`` is a ``models.model.Model`` like
+the built-in ones: ``params``, ``forward``/``backward``, ``forward_blocks``, ``state_dict``,
+``profile`` (the importer's ``OnnxNetwork`` rows) and ``blocks``.
+
+Parameters are named by their initializers (torch's exporter: the module's parameter names) and
+keep ONNX's layout where the engine's is the same (OIHW convolution, ``[out, in]`` dense); a
+broadcast constant [C, 1, 1] is stored [1, 1, 1, C] (``ParamSite.to_onnx`` converts back).
+BatchNormalization keeps its running statistics (buffers named by their initializers, torch's
+momentum = 1 - ONNX's) and normalises with the batch's statistics when training. Torch's group norm
+export (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add) becomes the engine's GroupNorm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from models.activation import Activation
+from models.conv import Conv2d
+from models.dense import Dense
+from models.layer import Layer, Rng
+from models.model import Model
+from models.norm import BatchNorm2d, GroupNorm
+from models.onnx.graph import Graph, Node, OnnxImportError
+from models.onnx.ops import Binary, Concat, LayerOp, Move, Op, Unary, const_to_engine
+from models.onnx.profile import OnnxNetwork, _prefix
+from models.param import Param
+from models.pool import Dropout, GlobalAvgPool, MaxPool2d
+
+TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization", "GroupNormalization (torch's "
+                 "InstanceNormalization pattern)", "InstanceNormalization", "Relu", "Sigmoid", "SiLU", "Clip",
+                 "Tanh", "HardSigmoid", "HardSwish", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
+                 "GlobalAveragePool", "ReduceMean (H, W)", "AveragePool (whole image)", "Flatten", "Reshape",
+                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout")
+
+
+@dataclass
+class ParamSite:
+    """Where a parameter came from: its initializer and how to write it back in ONNX's layout."""
+
+    initializer: str
+    param: Param
+    to_onnx: Callable[[np.ndarray], np.ndarray]
+
+
+class GraphBlock(Layer):
+    """A contiguous run of the graph's ops that reads one tensor and writes one.
+    Keeps: what each op keeps, and the names of the tensors it computes (only during a step)."""
+
+    kind = "graph"
+
+    def __init__(self, name: str, ops: list[Op], input: str, output: str, dtype) -> None:
+        super().__init__(name, name, dtype)
+        self.ops, self.input, self.output = ops, input, output
+        self.need_dx = True
+
+    def params(self) -> list[Param]:
+        return [p for op in self.ops for p in op.params()]
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        out = {}
+        for op in self.ops:
+            if op.layer is not None:
+                out.update(op.layer.buffers())
+        return out
+
+    def set_grad_pool(self, pool) -> None:
+        """The layers keep their own gradient buffers: each runs once per step (no pool to hand back to)."""
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        t = {self.input: x}
+        for op in self.ops:
+            t[op.output] = op.forward([t[name] for name in op.inputs], training)
+        return t[self.output]
+
+    def backward(self, dy: np.ndarray) -> np.ndarray | None:
+        grads: dict[str, np.ndarray] = {self.output: dy}
+        for op in reversed(self.ops):
+            g = grads.pop(op.output, None)
+            if g is None:  # no path to the output (an unused branch)
+                continue
+            if op.layer is not None and hasattr(op.layer, "need_dx"):
+                op.layer.need_dx = self.need_dx or op.inputs != [self.input]
+            for name, dx in zip(op.inputs, op.backward(g)):
+                if dx is None:
+                    continue
+                # a tensor read twice: a fresh sum (never in place: dx may be an op's own buffer)
+                grads[name] = dx if name not in grads else grads[name] + dx
+        return grads.get(self.input) if self.need_dx else None
+
+    def out_shape(self, shape):
+        raise NotImplementedError("GraphModel.profile counts the graph")
+
+
+class GraphModel(Model):
+    """A ``Model`` over ``GraphBlock``s; ``sites``: every parameter's initializer (``ParamSite``);
+    ``graph``: the imported graph (for the profile and the export)."""
+
+    def __init__(self, graph: Graph, blocks, sites: list[ParamSite], rng: Rng, dtype) -> None:
+        n, c, h, w = graph.input_shape
+        super().__init__(graph.name, blocks, (h, w, c), rng, dtype)
+        self.graph, self.sites = graph, sites
+        self._network = OnnxNetwork(graph, [b.ops[0].name for _, b in blocks])
+        self._rename = {b.ops[0].name: name for name, b in blocks}
+        self._rename[graph.nodes[0].name] = blocks[0][0]
+
+    def profile(self, batch_size: int):
+        """The importer's rows (``OnnxNetwork``), in this model's blocks."""
+        return [dataclasses.replace(r, block=self._rename.get(r.block, r.block))
+                for r in self._network.profile(batch_size)]
+
+
+def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None) -> GraphModel:
+    """The trainable model of ``graph``; ``num_classes``: replace a final Gemm whose class count differs
+    (new weights, torch's ``nn.Linear`` init from ``seed``). One ``OnnxImportError`` line for a node
+    it cannot train or an output that is not the logits of one image batch."""
+    n = graph.input_shape[0]
+    if len(graph.outputs) != 1 or len(graph.output_shapes[0]) != 2 or graph.output_shapes[0][0] != n:
+        raise OnnxImportError(f"{graph.name}: the graph's output must be the logits of one image batch [{n}, classes]; "
+                              f"got outputs {list(graph.outputs)} of shapes {[list(s) for s in graph.output_shapes]}")
+    rng = Rng(np.random.default_rng(seed))
+    builder = _Builder(graph, dtype, rng, seed, num_classes)
+    ops, i = [], 0
+    while i < len(graph.nodes):
+        op, taken = builder.node(graph.nodes[i], graph.nodes, i)
+        ops.append(op)
+        i += taken
+    ops = _live(ops, graph.outputs[0])
+    if num_classes is not None and graph.output_shapes[0][1] != num_classes \
+            and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
+        raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
+                              f"model.num_classes={num_classes}, and the output is not a Gemm to replace")
+    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in
+              _split(ops, graph.input, graph.outputs[0])]
+    return GraphModel(graph, blocks, builder.sites, rng, dtype)
+
+
+def _live(ops: list[Op], output: str) -> list[Op]:
+    """The ops the output depends on (a pattern's leftovers and unread side outputs dropped)."""
+    need, keep = {output}, []
+    for op in reversed(ops):
+        if op.output in need:
+            keep.append(op)
+            need.update(op.inputs)
+    return keep[::-1]
+
+
+def _split(ops: list[Op], input: str, output: str):
+    """(name, ops, input, output) of each block: a new block where the exporter's name prefix changes and
+    exactly one tensor crosses (a cut); names repeated later get ``#2``, ``#3``..."""
+    last_read = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            last_read[t] = i
+    last_read[output] = len(ops)
+    alive, parts, start, crossing = {input}, [], 0, input
+    for i, op in enumerate(ops):
+        alive = {t for t in alive if last_read.get(t, -1) >= i}
+        if i > start and len(alive) == 1 and _prefix(op.name) != _prefix(ops[i - 1].name):
+            parts.append((start, i, crossing))
+            start, crossing = i, next(iter(alive))
+        alive.add(op.output)
+    parts.append((start, len(ops), crossing))
+    out, seen = [], {}
+    for k, (a, b, inp) in enumerate(parts):
+        label = _prefix(ops[a].name)
+        seen[label] = seen.get(label, 0) + 1
+        name = label if seen[label] == 1 else f"{label}#{seen[label]}"
+        out.append((name, ops[a:b], inp, parts[k + 1][2] if k + 1 < len(parts) else output))
+    return out
+
+
+class _Builder:
+    def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None) -> None:
+        self.g, self.dtype, self.rng = graph, np.dtype(dtype), rng
+        self.init_rng = np.random.default_rng(seed)
+        self.num_classes = num_classes
+        self.sites: list[ParamSite] = []
+        self.used: set[str] = set()
+        self.where = graph.name
+
+    def fail(self, node: Node, why: str) -> OnnxImportError:
+        return OnnxImportError(f"{self.where}: node {node.name!r} ({node.op}): {why}; the trainable graph model "
+                               f"supports {', '.join(TRAINABLE_OPS)}")
+
+    def const(self, name: str) -> np.ndarray | None:
+        return self.g.initializers.get(name)
+
+    def param(self, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
+        if name in self.used:
+            raise OnnxImportError(f"{self.where}: initializer {name!r} is read by more than one layer (shared "
+                                  f"weights are not supported for training)")
+        self.used.add(name)
+        p = Param(name, np.array(data, dtype=self.dtype), kind)
+        self.sites.append(ParamSite(name, p, to_onnx))
+        return p
+
+    # -- nodes -------------------------------------------------------------------------------
+    def conv(self, n: Node) -> Op:
+        a = n.attrs
+        if any(d != 1 for d in a.get("dilations", [1, 1])) or len(n.input_shapes[0]) != 4:
+            raise self.fail(n, "only 2-D convolutions without dilation")
+        w = self.const(n.inputs[1])
+        if w is None:
+            raise self.fail(n, "the weight must be an initializer")
+        cout, cin_g, kh, kw = w.shape
+        groups = int(a.get("group", 1))
+        auto = a.get("auto_pad", "NOTSET")
+        if auto == "SAME_UPPER":
+            padding = "same"
+        elif auto == "VALID":
+            padding = 0
+        elif auto == "NOTSET":
+            t, l, b, r = a.get("pads", [0, 0, 0, 0])
+            padding = (int(t), int(b), int(l), int(r))
+        else:
+            raise self.fail(n, f"auto_pad {auto}")
+        bias = len(n.inputs) > 2 and bool(n.inputs[2])
+        layer = Conv2d(n.name, n.name, cin_g * groups, cout, (kh, kw), tuple(a.get("strides", [1, 1])), padding,
+                       groups, bias, self.dtype)
+        layer.weight = self.param(n.inputs[1], w, "weight")
+        if bias:
+            layer.bias = self.param(n.inputs[2], self.const(n.inputs[2]), "bias")
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
+
+    def dense(self, n: Node) -> Op:
+        a = n.attrs
+        x_shape = n.input_shapes[0]
+        w = self.const(n.inputs[1])
+        if w is None or len(x_shape) != 2 or a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 \
+                or a.get("beta", 1.0) != 1.0:
+            raise self.fail(n, "a dense layer reads [N, features] and a constant weight (no transA, alpha = beta = 1)")
+        trans = n.op == "Gemm" and a.get("transB", 0)
+        weight = w if trans else w.T
+        back = (lambda v: v) if trans else (lambda v: v.T)
+        bias = n.inputs[2] if n.op == "Gemm" and len(n.inputs) > 2 and n.inputs[2] else None
+        if bias is not None and self.const(bias).shape != (weight.shape[0],):
+            raise self.fail(n, f"bias of shape {self.const(bias).shape} (one per output expected)")
+        cout, cin = weight.shape
+        new = n.outputs[0] in self.g.outputs and self.num_classes not in (None, cout)
+        if new:  # a new classifier for the dataset's classes: torch's nn.Linear init
+            cout, bound = self.num_classes, 1.0 / math.sqrt(cin)
+            weight = self.init_rng.uniform(-bound, bound, (cout, cin))
+        layer = Dense(n.name, n.name, cin, cout, bias is not None, self.dtype)
+        layer.weight = self.param(n.inputs[1], weight, "weight", back)
+        if bias is not None:
+            b = self.init_rng.uniform(-bound, bound, cout) if new else self.const(bias)
+            layer.bias = self.param(bias, b, "bias")
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
+
+    def batch_norm(self, n: Node) -> Op:
+        x_shape = n.input_shapes[0]
+        consts = [self.const(t) for t in n.inputs[1:5]]
+        if any(c is None for c in consts) or len(x_shape) not in (2, 4):
+            raise self.fail(n, "scale, offset and running statistics must be initializers; input [N, C] or [N, C, H, W]")
+        layer = BatchNorm2d(n.name, n.name, x_shape[1], n.attrs.get("epsilon", 1e-5),
+                            1.0 - n.attrs.get("momentum", 0.9), None, self.dtype)
+        layer.weight = self.param(n.inputs[1], consts[0], "norm_scale")
+        layer.bias = self.param(n.inputs[2], consts[1], "norm_offset")
+        layer.running_mean[...] = consts[2]
+        layer.running_var[...] = consts[3]
+        mean, var = n.inputs[3], n.inputs[4]
+        layer.buffers = lambda: {mean: layer.running_mean, var: layer.running_var}
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer, as_rank4=len(x_shape) == 2)
+
+    def group_norm(self, n: Node, groups: int, scale: str, offset: str, inputs, output, c: int, to_onnx) -> Op:
+        layer = GroupNorm(n.name, n.name, c, groups, n.attrs.get("epsilon", 1e-5), None, self.dtype)
+        layer.weight = self.param(scale, self.const(scale).reshape(c), "norm_scale", to_onnx)
+        layer.bias = self.param(offset, self.const(offset).reshape(c), "norm_offset", to_onnx)
+        return LayerOp(n.name, inputs, output, layer)
+
+    def max_pool(self, n: Node) -> Op:
+        a = n.attrs
+        k, s, p = a.get("kernel_shape", [1, 1]), a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])
+        if len(set(k)) != 1 or len(set(s)) != 1 or len(set(p)) != 1 or a.get("ceil_mode", 0) \
+                or any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("auto_pad", "NOTSET") != "NOTSET":
+            raise self.fail(n, "max pooling with a square kernel, one stride, symmetric pads, floor mode")
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], MaxPool2d(n.name, n.name, k[0], s[0], p[0], self.dtype))
+
+    def global_pool(self, n: Node) -> Op:
+        out = n.output_shapes[0]
+        view = None if len(out) == 2 else (1, 1, out[1])
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], GlobalAvgPool(n.name, n.name, self.dtype), view)
+
+    def binary(self, n: Node) -> Op:
+        rank = len(n.output_shapes[0])
+        operands = []
+        for t in n.inputs:
+            c = self.const(t)
+            if c is None:
+                operands.append(t)
+            elif c.size > 1:
+                shape = c.shape
+                operands.append(self.param(t, const_to_engine(c, rank), "bias" if n.op in ("Add", "Sub") else
+                                           "norm_scale", lambda v, shape=shape: _onnx_const(v, shape)))
+            else:
+                operands.append(np.asarray(const_to_engine(c, rank), self.dtype))
+        if len(operands) != 2:
+            raise self.fail(n, "two operands")
+        return Binary(n.name, n.op, operands, n.outputs[0])
+
+    def move(self, n: Node) -> Op:
+        x, y = n.input_shapes[0], n.output_shapes[0]
+        if n.op == "Transpose":
+            perm = n.attrs.get("perm", list(range(len(x)))[::-1])
+            if perm[0] != 0:
+                raise self.fail(n, "a transpose must keep the batch first")
+            return Move(n.name, n.inputs[:1], n.outputs[0], y[1:], perm)
+        if not y or y[0] != x[0]:
+            raise self.fail(n, f"reshaping {list(x)} to {list(y)} mixes the batch")
+        return Move(n.name, n.inputs[:1], n.outputs[0], y[1:])
+
+    def node(self, n: Node, nodes: list[Node], i: int) -> tuple[Op, int]:
+        """The op of ``nodes[i]`` and how many nodes it takes (torch's group norm: five)."""
+        op = n.op
+        if op == "Conv":
+            return self.conv(n), 1
+        if op in ("Gemm", "MatMul"):
+            return self.dense(n), 1
+        if op == "BatchNormalization":
+            return self.batch_norm(n), 1
+        if op in ("Relu", "Sigmoid", "SiLU"):
+            fn = {"Relu": "relu", "Sigmoid": "sigmoid", "SiLU": "silu"}[op]
+            return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, fn, self.dtype)), 1
+        if op in ("Clip", "Tanh", "HardSigmoid", "HardSwish"):
+            return Unary(n.name, op, n.inputs[:1], n.outputs[0], n.attrs), 1
+        if op in ("Add", "Sub", "Mul", "Div"):
+            return self.binary(n), 1
+        if op == "MaxPool":
+            return self.max_pool(n), 1
+        if op in ("GlobalAveragePool", "ReduceMean"):
+            return self.global_pool(n), 1
+        if op == "AveragePool" and n.output_shapes[0][2:] == (1, 1) and not any(n.attrs.get("pads", [0])) \
+                and list(n.attrs.get("kernel_shape", [])) == list(n.input_shapes[0][2:]):
+            return self.global_pool(n), 1
+        if op == "Concat":
+            return Concat(n.name, list(n.inputs), n.outputs[0], n.attrs.get("axis", 1), len(n.output_shapes[0])), 1
+        if op == "Dropout":
+            return LayerOp(n.name, n.inputs[:1], n.outputs[0],
+                           Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype)), 1
+        if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
+            return self.move(n), 1
+        if op == "InstanceNormalization":
+            return self.instance_norm(n, nodes, i)
+        raise self.fail(n, "no layer of the engine does this op")
+
+    def instance_norm(self, n: Node, nodes: list[Node], i: int) -> tuple[Op, int]:
+        scale, offset = self.const(n.inputs[1]), self.const(n.inputs[2])
+        if scale is None or offset is None:
+            raise self.fail(n, "scale and offset must be initializers")
+        x = n.input_shapes[0]
+        if len(x) == 4:  # instance norm proper: group norm with a group per channel
+            return self.group_norm(n, x[1], n.inputs[1], n.inputs[2], n.inputs[:1], n.outputs[0], x[1],
+                                   lambda v: v), 1
+        # torch's group norm: Reshape [N, G, -1] -> InstanceNormalization (ones, zeros) -> Reshape -> Mul -> Add
+        before, after = (nodes[i - 1] if i else None), nodes[i + 1:i + 4]
+        ok = (before is not None and before.op == "Reshape" and before.outputs[0] == n.inputs[0] and len(after) == 3
+              and [m.op for m in after] == ["Reshape", "Mul", "Add"] and len(after[0].output_shapes[0]) == 4
+              and np.all(scale == 1) and np.all(offset == 0))
+        if ok:
+            mul_c = [t for t in after[1].inputs if self.const(t) is not None]
+            add_c = [t for t in after[2].inputs if self.const(t) is not None]
+            c = after[0].output_shapes[0][1]
+            ok = (len(mul_c) == len(add_c) == 1 and self.const(mul_c[0]).size == c == self.const(add_c[0]).size
+                  and after[1].inputs[0 if after[1].inputs[1] == mul_c[0] else 1] == after[0].outputs[0]
+                  and after[2].inputs[0 if after[2].inputs[1] == add_c[0] else 1] == after[1].outputs[0])
+        if not ok:
+            raise self.fail(n, "instance norm of an image batch, or torch's group norm pattern "
+                            "(Reshape, InstanceNormalization with scale 1 and offset 0, Reshape, Mul, Add)")
+        shape = self.const(mul_c[0]).shape
+        op = self.group_norm(n, x[1], mul_c[0], add_c[0], before.inputs[:1], after[2].outputs[0], c,
+                             lambda v, shape=shape: v.reshape(shape))
+        return op, 4  # the Reshape before was made an op already: GraphBuilder drops it when unread
+
+
+def _onnx_const(v: np.ndarray, shape: tuple) -> np.ndarray:
+    """An engine-layout broadcast constant back to its ONNX shape."""
+    if v.ndim == 4 and len(shape) >= 1:
+        v = v.transpose(0, 3, 1, 2)
+    return v.reshape(shape)

@@ -1,0 +1,228 @@
+"""The graph model's ops: each reads computed tensors (by name) and writes one, forward and backward
+side by side. Tensors of rank 4 are NHWC inside the engine (ONNX's NCHW only at the file's edges);
+other ranks are as in ONNX.
+
+``LayerOp`` runs one of the engine's layers (convolution, norms, dense, pooling, ReLU/sigmoid/SiLU): no
+second implementation of those kernels here. The rest is element-wise numpy that the layer API has no
+layer for (broadcasting Add/Sub/Mul/Div, Clip, Tanh, HardSigmoid, HardSwish), data movement
+(Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity) and Concat.
+
+``backward(dy)`` returns one gradient per computed input (None where none is needed) and *writes*
+``param.grad`` for its parameters, as a layer does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.param import Param
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+NHWC_AXIS = (0, 3, 1, 2)  # an NCHW axis -> the NHWC axis
+
+
+def to_onnx(a: np.ndarray) -> np.ndarray:
+    return a.transpose(NHWC_TO_NCHW) if a.ndim == 4 else a
+
+
+def from_onnx(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(NCHW_TO_NHWC)) if a.ndim == 4 else a
+
+
+def const_to_engine(value: np.ndarray, out_rank: int) -> np.ndarray:
+    """A constant operand broadcast against a tensor of ``out_rank``: to that tensor's engine layout."""
+    value = np.asarray(value)
+    if out_rank != 4 or value.ndim == 0:
+        return value
+    v = value.reshape((1,) * (4 - value.ndim) + value.shape)
+    return np.ascontiguousarray(v.transpose(NCHW_TO_NHWC))
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` down to ``shape`` (numpy broadcasting in reverse)."""
+    if g.shape == tuple(shape):
+        return g
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, (s, t) in enumerate(zip(shape, g.shape)) if s == 1 and t != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+class Op:
+    """One node. ``inputs``: the computed tensors it reads, in order; ``output``: the tensor it writes."""
+
+    layer = None
+
+    def __init__(self, name: str, inputs: list[str], output: str) -> None:
+        self.name, self.inputs, self.output = name, list(inputs), output
+
+    def params(self) -> list[Param]:
+        return []
+
+    def forward(self, xs: list[np.ndarray], training: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def backward(self, dy: np.ndarray) -> list[np.ndarray | None]:
+        raise NotImplementedError
+
+
+class LayerOp(Op):
+    """One engine layer. ``view``: the shape (batch first, ``None`` = the input's batch) that the
+    layer's output is viewed as (GlobalAveragePool with keepdims: [N, C] -> [N, 1, 1, C]); ``as_rank4``:
+    a rank-2 input [N, C] is viewed as [N, 1, 1, C] (BatchNormalization of a vector). Keeps the shapes."""
+
+    def __init__(self, name, inputs, output, layer, view: tuple | None = None, as_rank4: bool = False) -> None:
+        super().__init__(name, inputs, output)
+        self.layer, self.view, self.as_rank4 = layer, view, as_rank4
+
+    def params(self) -> list[Param]:
+        return self.layer.params()
+
+    def forward(self, xs, training):
+        x = xs[0]
+        self.x_shape = x.shape
+        if self.as_rank4:
+            x = x.reshape(x.shape[0], 1, 1, -1)
+        y = self.layer.forward(x, training)
+        self.y_shape = y.shape
+        if self.view is not None:
+            y = y.reshape((x.shape[0],) + tuple(self.view))
+        elif self.as_rank4:
+            y = y.reshape(self.x_shape)
+        return y
+
+    def backward(self, dy):
+        dy = np.ascontiguousarray(dy).reshape(self.y_shape)
+        dx = self.layer.backward(dy)
+        return [None if dx is None else dx.reshape(self.x_shape)]
+
+
+class Binary(Op):
+    """Add, Sub, Mul or Div with numpy broadcasting. An operand is a computed tensor, a trainable
+    ``Param`` (a non-scalar constant) or a fixed constant, already in the engine's layout.
+    Keeps both operands for Mul and Div."""
+
+    def __init__(self, name, op: str, operands: list, output: str) -> None:
+        super().__init__(name, [o for o in operands if isinstance(o, str)], output)
+        self.op, self.operands = op, operands
+
+    def params(self):
+        return [o for o in self.operands if isinstance(o, Param)]
+
+    def forward(self, xs, training):
+        it = iter(xs)
+        vals = [next(it) if isinstance(o, str) else o.data if isinstance(o, Param) else o for o in self.operands]
+        a, b = vals
+        self.a, self.b = (a, b) if self.op in ("Mul", "Div") else (None, None)
+        self.shapes = [np.shape(a), np.shape(b)]
+        if self.op == "Add":
+            return a + b
+        if self.op == "Sub":
+            return a - b
+        if self.op == "Mul":
+            return a * b
+        return a / b
+
+    def backward(self, dy):
+        a, b = self.a, self.b
+        if self.op == "Add":
+            grads = [dy, dy]
+        elif self.op == "Sub":
+            grads = [dy, -dy]
+        elif self.op == "Mul":
+            grads = [dy * b, dy * a]
+        else:
+            grads = [dy / b, -dy * a / (b * b)]
+        out = []
+        for o, g, shape in zip(self.operands, grads, self.shapes):
+            if isinstance(o, Param):
+                o.grad[...] = unbroadcast(g, shape)
+            elif isinstance(o, str):
+                out.append(unbroadcast(g, shape))
+        return out
+
+
+class Unary(Op):
+    """Clip, Tanh, HardSigmoid or HardSwish, element-wise. Keeps the input (and Tanh its output).
+    Clip passes the gradient strictly inside (min, max), as torch's ReLU6/hardtanh."""
+
+    def __init__(self, name, op: str, inputs, output, attrs: dict) -> None:
+        super().__init__(name, inputs, output)
+        self.op = op
+        self.lo = attrs.get("min")
+        self.hi = attrs.get("max")
+        self.alpha = attrs.get("alpha", 0.2 if op == "HardSigmoid" else 1 / 6)
+        self.beta = attrs.get("beta", 0.5)
+
+    def forward(self, xs, training):
+        x = self.x = xs[0]
+        if self.op == "Clip":
+            lo = -np.inf if self.lo is None else self.lo
+            hi = np.inf if self.hi is None else self.hi
+            return np.minimum(np.maximum(x, lo), hi)
+        if self.op == "Tanh":
+            self.y = np.tanh(x)
+            return self.y
+        h = np.clip(self.alpha * x + self.beta, 0.0, 1.0)
+        return h if self.op == "HardSigmoid" else x * h
+
+    def backward(self, dy):
+        x = self.x
+        if self.op == "Clip":
+            inside = np.ones(x.shape, bool)
+            if self.lo is not None:
+                inside &= x > self.lo
+            if self.hi is not None:
+                inside &= x < self.hi
+            return [np.where(inside, dy, 0.0).astype(dy.dtype)]
+        if self.op == "Tanh":
+            return [dy * (1 - self.y * self.y)]
+        z = self.alpha * x + self.beta
+        inside = (z > 0) & (z < 1)
+        if self.op == "HardSigmoid":
+            return [np.where(inside, dy * self.alpha, 0.0).astype(dy.dtype)]
+        h = np.clip(z, 0.0, 1.0)
+        return [dy * (h + np.where(inside, self.alpha * x, 0.0))]
+
+
+class Move(Op):
+    """Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity (and Dropout at ratio 0): data
+    movement in ONNX's layout (a rank-4 tensor is transposed to NCHW first and back after), with the
+    batch taken from the input (a batch size folded into a Reshape's shape does not stay fixed).
+    ``out_shape``: the ONNX output shape without the batch. Keeps the input's shape."""
+
+    def __init__(self, name, inputs, output, out_shape: tuple, perm: list | None = None) -> None:
+        super().__init__(name, inputs, output)
+        self.out_shape, self.perm = tuple(out_shape), perm
+
+    def forward(self, xs, training):
+        x = xs[0]
+        self.x_shape = x.shape
+        xo = to_onnx(x)
+        self.xo_shape = xo.shape
+        if self.perm is not None:
+            return from_onnx(xo.transpose(self.perm))
+        return from_onnx(xo.reshape((x.shape[0],) + self.out_shape))
+
+    def backward(self, dy):
+        do = to_onnx(dy)
+        if self.perm is not None:
+            return [from_onnx(do.transpose(np.argsort(self.perm)))]
+        return [from_onnx(do.reshape(self.xo_shape))]
+
+
+class Concat(Op):
+    """Concat along an ONNX axis (the channel axis of NCHW is NHWC's last). Keeps the inputs' sizes."""
+
+    def __init__(self, name, inputs, output, axis: int, rank: int) -> None:
+        super().__init__(name, inputs, output)
+        axis %= rank
+        self.axis = NHWC_AXIS[axis] if rank == 4 else axis
+
+    def forward(self, xs, training):
+        self.sizes = [x.shape[self.axis] for x in xs]
+        return np.concatenate(xs, axis=self.axis)
+
+    def backward(self, dy):
+        cuts = np.cumsum(self.sizes)[:-1]
+        return [np.ascontiguousarray(g) for g in np.split(dy, cuts, axis=self.axis)]
