@@ -85,7 +85,21 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, L
 
 def build_net(cfg: TrainConfig, info) -> Any:
     """The model for the dataset's image shape and classes (options may override resolution)."""
-    h, _, c = info.image_shape
+    h, w, c = info.image_shape
+    if cfg.model.onnx:
+        from models.onnx import load_graph
+        from models.onnx.network import graph_model
+        graph = load_graph(cfg.model.onnx, image_size=(h, w), batch_size=cfg.data.micro_batch)
+        if graph.input_shape[1] != c:
+            raise ValueError(f"model.onnx={cfg.model.onnx}: the graph reads {graph.input_shape[1]} channels, "
+                             f"the dataset's images have {c}")
+        classes = graph.output_shapes[0][-1] if graph.output_shapes else None
+        if cfg.model.num_classes is None and classes != info.num_classes:
+            raise ValueError(f"model.onnx={cfg.model.onnx}: the classifier has {classes} classes, the dataset "
+                             f"{info.num_classes}; set model.num_classes={info.num_classes} to replace it")
+        if cfg.model.num_classes is not None and cfg.model.num_classes != info.num_classes:
+            raise ValueError(f"model.num_classes={cfg.model.num_classes} but the dataset has {info.num_classes}")
+        return graph_model(graph, seed=cfg.run.seed, num_classes=cfg.model.num_classes)
     options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
 
