@@ -4,13 +4,16 @@
     poprun-ipu predict --config g16-b4-pod16 --system POD16,POD64,POD256 --micro-batch 2,3,4 \\
         --ipus-per-replica 2,4 [--json] [--plot sweep.png]
     poprun-ipu profile --config g16-b4-pod64 --precision 16.32 --out docs/img
+    poprun-ipu predict --onnx my_net.onnx --image-size 224 --system POD16,POD64 [--pipeline-splits layer3]
     poprun-ipu predict --preset g16-b4-pod64 | --all; profile --preset NAME; validate   (ipu/cli.py)
 
 ``--config NAME`` (an entry of ``launch/configs.yml`` or ``file.yml[:name]``) with ``--set key=value``
 takes the keys and the validation of ``poprun-train``; ``--preset NAME`` starts from an ``ipu.plan`` preset.
 The plan options (``launch.sweep.PLAN_OPTIONS``) override either; each may be a comma list, and then
 ``predict`` prints one row per combination (``launch.sweep_report``). Without ``--config`` or plan options
-the command is ``ipu.cli``'s, unchanged. Exit status: 0; 1 when the plan (a sweep: every combination)
+the command is ``ipu.cli``'s, unchanged. ``--onnx FILE`` takes the layer profile from the user's own network
+(``launch.onnx_source``); the plan starts from ``--config``/``--preset``, else from the ``resnet50-pod16``
+preset (16 x 1 IPU, micro-batch 20, GA 6, ImageNet). Exit status: 0; 1 when the plan (a sweep: every combination)
 does not fit in IPU memory; 2 for a usage error (the message names the flag and the fix).
 """
 
@@ -28,11 +31,13 @@ from ipu import cli as ipu_cli
 from ipu.plan import IMAGENET_TRAIN_IMAGES, PRESETS, IpuPlan, get_preset, load_profile
 from launch.build import ipu_plan
 from launch.config import load_config
+from launch.onnx_source import open_onnx
 from launch.sweep import PLAN_OPTIONS, UsageError, combinations, is_sweep, parse_grid, plan_for
 from launch.sweep_report import ProfileSource, format_table, plot_sweep, sweep, sweep_dict
 
 EXIT_DOES_NOT_FIT, EXIT_USAGE = 1, 2
 IMAGENET_CLASSES = 1000
+ONNX_BASE = "resnet50-pod16"  # the plan of --onnx without --config or --preset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("profile", help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
     sub.add_parser("validate", add_help=False)  # ipu.cli's own
     for s in (p, q):
-        which = s.add_mutually_exclusive_group(required=True)
+        which = s.add_mutually_exclusive_group()
         which.add_argument("--config", metavar="NAME", help="a configuration of launch/configs.yml, or FILE.yml[:NAME]")
         which.add_argument("--preset", choices=sorted(PRESETS), help="a named IPU plan")
         if s is p:
@@ -52,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a configuration key, as poprun-train --set (with --config)")
         for o in PLAN_OPTIONS:
             s.add_argument(o.flag, metavar="V[,V...]", help=o.help)
+        s.add_argument("--onnx", metavar="FILE", help="your own network: an ONNX file (docs/ipu.md, 'Your own model')")
+        s.add_argument("--num-classes", type=int, metavar="N", help="with --onnx: the classes the graph must have")
+        s.add_argument("--pipeline-splits", metavar="NAME[,NAME...]",
+                       help="the blocks (or ONNX nodes) that start pipeline stages 2, 3, ... (default: automatic)")
         s.add_argument("--json", action="store_true", help="print the figures as JSON (a stable interface)")
     p.add_argument("--epochs", type=float, help="epochs for the time to train (default: the configuration's)")
     p.add_argument("--report-dir", type=Path, help="one plan: write memory_<name>.png and timeline_<name>.png here")
@@ -75,22 +84,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, _ = build_parser().parse_known_args(argv)
     given = {o.field: getattr(args, _dest(o.flag), None) for o in PLAN_OPTIONS} if args.command != "validate" else {}
-    if args.command == "validate" or not (args.config or args.set or _new_options(given)):
+    ours = args.command != "validate" and (args.onnx or args.pipeline_splits or args.num_classes is not None)
+    if args.command == "validate" or not (args.config or args.set or _new_options(given) or ours):
         return ipu_cli.main(argv)
     build_parser().parse_args(argv)  # unknown arguments: argparse's usage error
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    profile_for, splits = load_profile, _splits(args.pipeline_splits)
     try:
         if getattr(args, "all", False):
             raise UsageError("--all takes no plan options nor --config: give --config NAME or --preset NAME")
+        if not (args.config or args.preset or args.onnx):
+            raise UsageError("give --config NAME, --preset NAME or --onnx FILE")
+        if args.num_classes is not None and not args.onnx:
+            raise UsageError("--num-classes goes with --onnx FILE (a configuration's classes are its dataset's)")
         grid = parse_grid(given)
-        base = base_plan(args.config, args.preset, args.set)
+        base = base_plan(args.config, args.preset or (None if args.config else ONNX_BASE), args.set)
+        if args.onnx:
+            profile_for, plan = open_onnx(args.onnx, base.plan, grid.get("image_size", ()), args.num_classes, splits)
+            base = Base(f"{Path(args.onnx).stem}", plan, base.momentum, base.note)
     except (UsageError, ValueError) as err:
         return _usage(err)
     if base.note:
         print(f"poprun-ipu: {base.note}", file=sys.stderr)
-    if args.command == "profile":
-        return _profile(args, base, grid)
-    return _predict(args, base, grid)
+    try:
+        if args.command == "profile":
+            return _profile(args, base, grid, profile_for, splits)
+        return _predict(args, base, grid, profile_for, splits)
+    except ValueError as err:  # a pipeline split that the profile has no block for, a graph that cannot be read
+        return _usage(err)
+
+
+def _splits(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    names = tuple(t.strip() for t in text.split(","))
+    if not all(names):
+        raise SystemExit(_usage(UsageError(f"--pipeline-splits {text!r} has an empty name: give block names "
+                                           "separated by commas, e.g. --pipeline-splits layer2,layer3")))
+    return names
 
 
 def _dest(flag: str) -> str:
@@ -142,18 +173,32 @@ def _dataset_facts(cfg) -> tuple[tuple[int, int, int], int, int, str]:
             f"{IMAGENET_TRAIN_IMAGES:,} training images, {size}x{size}x3)")
 
 
-def _predict(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSource = load_profile) -> int:
+def _one_plan(base: Base, choice: dict, splits: tuple[str, ...]) -> IpuPlan:
+    plan = plan_for(base.plan, choice, base.momentum, splits)
+    if splits and plan.pipeline_splits != splits:
+        raise UsageError(f"--pipeline-splits {','.join(splits)} makes {len(splits) + 1} stages but the plan has "
+                         f"{plan.ipus_per_replica} IPUs per replica: give --ipus-per-replica {len(splits) + 1} "
+                         f"or {plan.ipus_per_replica - 1} split names")
+    return plan
+
+
+def _predict(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSource = load_profile,
+             splits: tuple[str, ...] = ()) -> int:
     epochs = base.plan.epochs if args.epochs is None else args.epochs
     choices = combinations(grid)
     if not is_sweep(grid):
         try:
-            plan = plan_for(base.plan, choices[0], base.momentum)
+            plan = _one_plan(base, choices[0], splits)
+            profile = profile_for(plan)
         except ValueError as err:
             return _usage(err)
-        return predict_one(base.name, plan, profile_for(plan), epochs, args.json, args.report_dir)
+        return predict_one(base.name, plan, profile, epochs, args.json, args.report_dir)
     if args.report_dir:
         return _usage(UsageError("--report-dir writes one plan's pictures: with a sweep, use --plot PNG"))
-    rows = sweep(base.plan, choices, profile_for, epochs, base.momentum)
+    if splits and not any(c.get("ipus_per_replica", base.plan.ipus_per_replica) == len(splits) + 1 for c in choices):
+        return _usage(UsageError(f"--pipeline-splits {','.join(splits)} makes {len(splits) + 1} stages but no "
+                                 f"combination has {len(splits) + 1} IPUs per replica"))
+    rows = sweep(base.plan, choices, profile_for, epochs, base.momentum, splits)
     if all(r.plan is None for r in rows):
         return _usage(UsageError(f"no combination can run; the first: {rows[0].error}"))
     title = f"{base.name}: {base.plan.model} at {base.plan.image_size}px, {epochs:g} epochs"
@@ -189,7 +234,8 @@ def predict_one(name: str, plan: IpuPlan, profile: list, epochs: float, as_json:
     return 0
 
 
-def _profile(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSource = load_profile) -> int:
+def _profile(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSource = load_profile,
+             splits: tuple[str, ...] = ()) -> int:
     from ipu.cost.breakdown import format_profile, profile_dict
     from ipu.cost.breakdown_plot import plot_profile
     from ipu.cost.prediction import predict
@@ -200,10 +246,10 @@ def _profile(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSourc
         return _usage(UsageError(f"profile takes one configuration, but {flag} has {len(grid[many])} values: "
                                  "give one (use predict for a sweep)"))
     try:
-        plan = plan_for(base.plan, combinations(grid)[0], base.momentum)
+        plan = _one_plan(base, combinations(grid)[0], splits)
+        prediction = predict(plan, profile_for(plan))
     except ValueError as err:
         return _usage(err)
-    prediction = predict(plan, profile_for(plan))
     png = plot_profile(base.name, prediction, args.out / f"profile_{Path(base.name).name}_{plan.chip}.png")
     if args.json:
         print(json.dumps({**profile_dict(base.name, prediction), "png": str(png)}, indent=1))

@@ -12,7 +12,8 @@ Pure functions (no model, no I/O): ``launch.predict`` parses the command line wi
 * :func:`plan_for`: the configuration's pipeline splits are kept for its own IPUs per replica; any other
   count of IPUs gets an automatic split (``ipu.pipeline.split.split_balanced`` by FLOPs, through
   ``IpuPlan.pipeline_splits=()``). A row on another system than the configuration's gets that system's
-  most hosts (as the presets do); its own system keeps the configuration's hosts.
+  most hosts (as the presets do); its own system keeps the configuration's hosts. ``--pipeline-splits``
+  names the split of the rows whose IPUs per replica it fits (splits + 1); the other rows are automatic.
 """
 
 from __future__ import annotations
@@ -154,9 +155,12 @@ def replicas_for(system: str, ipus_per_replica: int) -> int:
     return ipus // ipus_per_replica
 
 
-def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0) -> IpuPlan:
+def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0,
+             splits: Sequence[str] = ()) -> IpuPlan:
     """``base`` with one combination's values (see the module's rules); ``ValueError`` naming the flags
-    when the combination cannot run (the IpuPlan's own checks included)."""
+    when the combination cannot run (the IpuPlan's own checks included). ``splits``
+    (``--pipeline-splits``) are the split of every row with ``len(splits) + 1`` IPUs per replica; rows
+    with another count are split automatically."""
     system = str(choice.get("system", base.system))
     ipus = int(choice.get("ipus_per_replica", base.ipus_per_replica))  # type: ignore[arg-type]
     micro = int(choice.get("micro_batch", base.micro_batch))  # type: ignore[arg-type]
@@ -164,7 +168,8 @@ def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0)
     replicas = replicas_for(system, ipus) if refills else base.replicas
     global_batch = int(choice.get("global_batch", base.global_batch))  # type: ignore[arg-type]
     accumulation = batch_split(global_batch, micro, replicas)
-    stages = ipus if ipus != base.ipus_per_replica or not base.device_mapping else len(base.device_mapping)
+    given = bool(splits) and len(splits) + 1 == ipus
+    stages = ipus if ipus != base.ipus_per_replica or not base.device_mapping or splits else len(base.device_mapping)
     if stages > 1 and accumulation < 2 * stages:
         raise ValueError(f"--global-batch {global_batch} gives gradient accumulation {accumulation} with --micro-batch "
                          f"{micro} x {replicas} replicas, too few for a {stages}-stage pipeline (at least 2 x stages = "
@@ -175,7 +180,9 @@ def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0)
         fields["optimizer"] = optimizer_state(str(fields["optimizer"]), momentum)
     fields.update(system=system, ipus_per_replica=ipus, micro_batch=micro, replicas=replicas,
                   gradient_accumulation=accumulation)
-    if ipus != base.ipus_per_replica:
+    if given:
+        fields.update(pipeline_splits=tuple(splits), device_mapping=())
+    elif ipus != base.ipus_per_replica or splits:
         fields.update(pipeline_splits=(), device_mapping=())  # balanced automatically
     if system != base.system:
         fields["num_hosts"] = get_system(system).max_hosts

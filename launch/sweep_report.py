@@ -44,10 +44,10 @@ class Row:
 
 
 def evaluate(base: IpuPlan, choice: Mapping[str, object], profile_for: ProfileSource, epochs: float | None = None,
-             momentum: float = 0.0) -> Row:
+             momentum: float = 0.0, splits: Sequence[str] = ()) -> Row:
     """One combination's row (an invalid one keeps its reason instead of raising)."""
     try:
-        plan = plan_for(base, choice, momentum)
+        plan = plan_for(base, choice, momentum, splits)
     except ValueError as err:
         return Row(dict(choice), None, str(err))
     profile = profile_for(plan)
@@ -68,8 +68,8 @@ def sort_rows(rows: Sequence[Row]) -> list[Row]:
 
 
 def sweep(base: IpuPlan, choices: Sequence[Mapping[str, object]], profile_for: ProfileSource,
-          epochs: float | None = None, momentum: float = 0.0) -> list[Row]:
-    return sort_rows([evaluate(base, c, profile_for, epochs, momentum) for c in choices])
+          epochs: float | None = None, momentum: float = 0.0, splits: Sequence[str] = ()) -> list[Row]:
+    return sort_rows([evaluate(base, c, profile_for, epochs, momentum, splits) for c in choices])
 
 
 HEADER = ("#", "system", "IPUs/rep", "replicas", "micro", "GA", "batch", "precision", "splits", "fits",

@@ -16,7 +16,8 @@ after the sequence of popops/popnn calls poplibs makes for it (``ipu.cost.vector
 
 The profile does not say which activation or norm a model uses; ``workload_for`` takes them
 from the model's name (EfficientNet: swish, group norm with 4 groups; ResNet: ReLU, batch
-norm, unless named ``-gn``), an assumption stated in ``docs/ipu.md``.
+norm, unless named ``-gn``), an assumption stated in ``docs/ipu.md``; a graph read from ONNX registers
+its own in ``WORKLOADS`` (its activations and norms are in the graph).
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ class Workload:
     stable_norm: bool = True  # two-pass statistics (the EfficientNet recipe forces stable_norm on)
 
 
+# Workloads of models that are not built in (an imported ONNX graph), registered by name by whoever read them.
+WORKLOADS: dict[str, Workload] = {}
+
+
 def workload_for(model: str) -> Workload:
+    if model in WORKLOADS:
+        return WORKLOADS[model]
     if model.startswith("resnet"):  # the MLPerf ResNet configs do not set stable_norm
         return Workload("relu", "group" if "gn" in model else "batch", 32, False, False)
     return Workload()

@@ -319,7 +319,10 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     model = _infer(model, where)
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
-    nodes = _fuse(_nodes(model, shapes, consts, where), {o.name for o in model.graph.output})
+    from models.onnx.fuse_norm import fuse_group_norm
+
+    outs = {o.name for o in model.graph.output}
+    nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
     params: list[str] = []
     for n in nodes:
         params += [t for t in param_inputs(n, consts) if t not in params]

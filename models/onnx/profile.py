@@ -15,6 +15,9 @@ twice the forward's multiply-adds for matrix layers):
   fuses it there and recomputes), as the built-in models count it; a ReLU after a residual add is one
   FLOP per element each way (the engine's fused add + ReLU, as ``models/residual.py`` counts it). The cost model costs every ``act`` as
   the workload's activation function.
+- ``Mul(x, Sigmoid(Conv(act(Conv(GlobalAveragePool(x))))))`` (torchvision's ``SqueezeExcitation``): one
+  ``se`` row, counted as ``models/se.py`` counts it (2 + 4 per element, 4 C S per image for the two small
+  products, keeps x).
 - ``Add``/``Sub`` of two computed tensors of the output's shape: ``add`` (a residual add).
 - ``MaxPool`` / ``AveragePool``: ``pool`` with k*k FLOPs per output; ``GlobalAveragePool`` and
   ``ReduceMean`` over H and W: ``pool`` (global).
@@ -69,6 +72,8 @@ class _Rows:
         self.g = graph
         self.seen: set[str] = set()
         self.producer = {t: n for n in graph.nodes for t in n.outputs}
+        self.se = self.squeeze_excite()
+        self.in_se = {n.name for chain in self.se.values() for n in chain}
 
     def params(self, node: Node) -> int:
         new = [t for t in param_inputs(node, self.g.initializers) if t not in self.seen]
@@ -78,9 +83,35 @@ class _Rows:
     def computed(self, node: Node) -> list[int]:
         return [i for i, t in enumerate(node.inputs) if t and t not in self.g.initializers]
 
+    def squeeze_excite(self) -> dict[str, list[Node]]:
+        """``Mul(x, gate(Conv(act(Conv(GlobalAveragePool(x))))))`` by the Mul's name: its other nodes, each
+        read only by the next (a squeeze-and-excitation, one ``se`` row as ``models/se.py`` counts it)."""
+        out = {}
+        for mul in self.g.nodes:
+            if mul.op != "Mul" or len(mul.inputs) != 2 or len(self.computed(mul)) != 2:
+                continue
+            for gate_t, x in (mul.inputs, mul.inputs[::-1]):
+                chain, t = [], gate_t
+                for ops in (("Sigmoid", "HardSigmoid"), ("Conv",), tuple(ACTIVATIONS), ("Conv",),
+                            ("GlobalAveragePool", "ReduceMean")):
+                    n = self.producer.get(t)
+                    if n is None or n.op not in ops or self._readers(t) != 1:
+                        break
+                    chain.append(n)
+                    t = n.inputs[0]
+                else:
+                    if t == x:
+                        out[mul.name] = chain
+                        break
+        return out
+
     def rows(self, node: Node, block: str) -> list[LayerProfile]:
         op, e = node.op, math.prod(node.output_shapes[0]) if node.output_shapes else 0
+        if node.name in self.in_se:  # counted in the se row
+            return []
         params = self.params(node)
+        if node.name in self.se:
+            return [self._se(node, block, params)]
         if op == "Conv":
             return [self._conv(node, block, params)]
         if op in ("Gemm", "MatMul"):
@@ -115,6 +146,14 @@ class _Rows:
         if op in DATA_MOVEMENT:
             return []
         raise OnnxImportError(f"node {node.name!r}: no profile rule for op {op}")
+
+    def _se(self, node: Node, block: str, params: int) -> LayerProfile:
+        chain = self.se[node.name]
+        params += sum(self.params(n) for n in chain)
+        e, (n, c, s) = math.prod(node.output_shapes[0]), (*chain[-1].output_shapes[0][:2], chain[1].input_shapes[1][1])
+        small = 4 * n * c * s
+        x = chain[-1].input_shapes[0]
+        return LayerProfile(node.name, block, "se", 2 * e + small, 4 * e + 2 * small, params, e, e, False, _nhwc(x))
 
     def _readers(self, tensor: str) -> int:
         return sum(t == tensor for n in self.g.nodes for t in n.inputs)
