@@ -50,9 +50,11 @@ def fuse_group_norm(nodes: list[Node], consts: dict[str, np.ndarray], graph_outp
         if any(v is None or v.size != c or readers.get(t) != 1
                for v, t in ((weight, mul.inputs[1]), (bias, add.inputs[1]))):
             continue
+        shapes = (tuple(weight.shape), tuple(bias.shape))  # type: ignore[union-attr]
         consts[mul.inputs[1]], consts[add.inputs[1]] = weight.reshape(c), bias.reshape(c)  # type: ignore[union-attr]
         replace[id(r1)] = Node("GroupNormalization", inorm.name, (x, mul.inputs[1], add.inputs[1]), add.outputs,
                                ((n, c, h, w), (c,), (c,)), add.output_shapes,
-                               {"num_groups": int(groups), "epsilon": float(inorm.attrs.get("epsilon", 1e-5))})
+                               {"num_groups": int(groups), "epsilon": float(inorm.attrs.get("epsilon", 1e-5)),
+                                "initializer_shapes": shapes})  # the graph's own shapes, for writing it back
         drop.update(id(m) for m in (inorm, r2, mul, add))
     return [replace.get(id(m), m) for m in nodes if id(m) not in drop]

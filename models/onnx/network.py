@@ -38,7 +38,7 @@ from models.onnx.profile import OnnxNetwork, _prefix
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 
-TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization", "GroupNormalization (torch's "
+TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization", "GroupNormalization (also torch's "
                  "InstanceNormalization pattern)", "InstanceNormalization", "Relu", "Sigmoid", "SiLU", "Clip",
                  "Tanh", "HardSigmoid", "HardSwish", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
                  "GlobalAveragePool", "ReduceMean (H, W)", "AveragePool (whole image)", "Flatten", "Reshape",
@@ -274,10 +274,11 @@ class _Builder:
         layer.buffers = lambda: {mean: layer.running_mean, var: layer.running_var}
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer, as_rank4=len(x_shape) == 2)
 
-    def group_norm(self, n: Node, groups: int, scale: str, offset: str, inputs, output, c: int, to_onnx) -> Op:
+    def group_norm(self, n: Node, groups: int, scale: str, offset: str, inputs, output, c: int, to_onnx,
+                   offset_to_onnx=None) -> Op:
         layer = GroupNorm(n.name, n.name, c, groups, n.attrs.get("epsilon", 1e-5), None, self.dtype)
         layer.weight = self.param(scale, self.const(scale).reshape(c), "norm_scale", to_onnx)
-        layer.bias = self.param(offset, self.const(offset).reshape(c), "norm_offset", to_onnx)
+        layer.bias = self.param(offset, self.const(offset).reshape(c), "norm_offset", offset_to_onnx or to_onnx)
         return LayerOp(n.name, inputs, output, layer)
 
     def max_pool(self, n: Node) -> Op:
@@ -352,36 +353,28 @@ class _Builder:
         if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
             return self.move(n), 1
         if op == "InstanceNormalization":
-            return self.instance_norm(n, nodes, i)
+            return self.instance_norm(n), 1
+        if op == "GroupNormalization":
+            return self.group_norm_node(n), 1
         raise self.fail(n, "no layer of the engine does this op")
 
-    def instance_norm(self, n: Node, nodes: list[Node], i: int) -> tuple[Op, int]:
-        scale, offset = self.const(n.inputs[1]), self.const(n.inputs[2])
-        if scale is None or offset is None:
-            raise self.fail(n, "scale and offset must be initializers")
+    def instance_norm(self, n: Node) -> Op:
+        """Instance norm proper (a 4-D input): group norm with a group per channel."""
         x = n.input_shapes[0]
-        if len(x) == 4:  # instance norm proper: group norm with a group per channel
-            return self.group_norm(n, x[1], n.inputs[1], n.inputs[2], n.inputs[:1], n.outputs[0], x[1],
-                                   lambda v: v), 1
-        # torch's group norm: Reshape [N, G, -1] -> InstanceNormalization (ones, zeros) -> Reshape -> Mul -> Add
-        before, after = (nodes[i - 1] if i else None), nodes[i + 1:i + 4]
-        ok = (before is not None and before.op == "Reshape" and before.outputs[0] == n.inputs[0] and len(after) == 3
-              and [m.op for m in after] == ["Reshape", "Mul", "Add"] and len(after[0].output_shapes[0]) == 4
-              and np.all(scale == 1) and np.all(offset == 0))
-        if ok:
-            mul_c = [t for t in after[1].inputs if self.const(t) is not None]
-            add_c = [t for t in after[2].inputs if self.const(t) is not None]
-            c = after[0].output_shapes[0][1]
-            ok = (len(mul_c) == len(add_c) == 1 and self.const(mul_c[0]).size == c == self.const(add_c[0]).size
-                  and after[1].inputs[0 if after[1].inputs[1] == mul_c[0] else 1] == after[0].outputs[0]
-                  and after[2].inputs[0 if after[2].inputs[1] == add_c[0] else 1] == after[1].outputs[0])
-        if not ok:
-            raise self.fail(n, "instance norm of an image batch, or torch's group norm pattern "
-                            "(Reshape, InstanceNormalization with scale 1 and offset 0, Reshape, Mul, Add)")
-        shape = self.const(mul_c[0]).shape
-        op = self.group_norm(n, x[1], mul_c[0], add_c[0], before.inputs[:1], after[2].outputs[0], c,
-                             lambda v, shape=shape: v.reshape(shape))
-        return op, 4  # the Reshape before was made an op already: GraphBuilder drops it when unread
+        if len(x) != 4 or self.const(n.inputs[1]) is None or self.const(n.inputs[2]) is None:
+            raise self.fail(n, "instance norm of an image batch, with initializers for scale and offset")
+        return self.group_norm(n, x[1], n.inputs[1], n.inputs[2], n.inputs[:1], n.outputs[0], x[1], lambda v: v)
+
+    def group_norm_node(self, n: Node) -> Op:
+        """A ``GroupNormalization``: the graph's own, or torch's Reshape/InstanceNormalization/Reshape/Mul/Add
+        export, which the importer fuses into one (``models.onnx.fuse_norm``)."""
+        c = n.input_shapes[0][1]
+        if any(self.const(t) is None or self.const(t).size != c for t in n.inputs[1:3]):
+            raise self.fail(n, f"group norm with a scale and a bias of {c} values (one per channel) as initializers")
+        shapes = n.attrs.get("initializer_shapes", ((c,), (c,)))
+        return self.group_norm(n, int(n.attrs["num_groups"]), n.inputs[1], n.inputs[2], n.inputs[:1], n.outputs[0], c,
+                               lambda v, shape=tuple(shapes[0]): v.reshape(shape),
+                               lambda v, shape=tuple(shapes[1]): v.reshape(shape))
 
 
 def _onnx_const(v: np.ndarray, shape: tuple) -> np.ndarray:
