@@ -30,13 +30,16 @@ RELU_LIKE = ("Relu", "Clip")
 
 def workload_of(graph: Graph) -> Workload:
     """The cost model's activation and norm for the graph: the commonest activation (ReLU/Clip: relu,
-    others: swish, the transcendental one) and its norm (batch norm, or group norm with its groups)."""
+    others: swish, the transcendental one) and its norm (batch norm, or group norm with its groups).
+    Two-pass norm statistics (Poplar's stable_norm) for group norm and for swish networks, as the
+    EfficientNet recipe sets them and the built-in EfficientNets are costed; single-pass for ReLU
+    networks with batch norm, as the MLPerf ResNet configs."""
     ops = Counter(n.op for n in graph.nodes)
     relu = sum(ops[o] for o in RELU_LIKE)
     other = sum(ops[o] for o in ("SiLU", "Sigmoid", "HardSwish", "HardSigmoid", "Tanh", "Gelu"))
     activation = "relu" if relu >= other else "swish"
     if ops["BatchNormalization"] >= ops["GroupNormalization"] + ops["InstanceNormalization"] + ops["LayerNormalization"]:
-        return Workload(activation, "batch", 32, False, False)
+        return Workload(activation, "batch", 32, False, activation == "swish")
     groups = Counter(int(n.attrs.get("num_groups", 1)) for n in graph.nodes if n.op == "GroupNormalization")
     return Workload(activation, "group", groups.most_common(1)[0][0] if groups else 1, False, True)
 

@@ -14,9 +14,9 @@ after the sequence of popops/popnn calls poplibs makes for it (``ipu.cost.vector
   two small planned matrix products, the gate and its broadcast), residual adds (with the
   drop-connect scaling when the model has it), pooling, dropout and the loss.
 
-The profile does not say which activation or norm a model uses; ``workload_for`` takes them
-from the model's name (EfficientNet: swish, group norm with 4 groups; ResNet: ReLU, batch
-norm, unless named ``-gn``), an assumption stated in ``docs/ipu.md``; a graph read from ONNX registers
+The profile does not say which activation or norm a model uses; ``workload_for`` takes the norm
+from the model's config (its name and overrides) and the activation from its family (EfficientNet:
+swish; ResNet: ReLU), as ``docs/ipu.md`` states; a graph read from ONNX registers
 its own in ``WORKLOADS`` (its activations and norms are in the graph).
 """
 
@@ -52,12 +52,26 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {}
 
 
-def workload_for(model: str) -> Workload:
+def workload_for(model: str, overrides=()) -> Workload:
+    """The workload of a model name with its ``build_model`` overrides: the norm (kind and groups) is
+    the model's own config (``models.registry.model_config``: ``-gn`` or ``norm: group`` gives group
+    norm, else batch norm); the activation and the rest go by the family."""
     if model in WORKLOADS:
         return WORKLOADS[model]
+    norm = _norm_of(model, overrides)
     if model.startswith("resnet"):  # the MLPerf ResNet configs do not set stable_norm
-        return Workload("relu", "group" if "gn" in model else "batch", 32, False, False)
-    return Workload()
+        return Workload("relu", norm.kind if norm else "batch", norm.groups if norm else 32, False, False)
+    return Workload(norm=norm.kind, norm_groups=norm.groups) if norm else Workload()
+
+
+def _norm_of(model: str, overrides):
+    """The model's ``NormSpec``, or None for a model without one (the dense net)."""
+    from models.registry import model_config
+
+    try:
+        return model_config(model, **dict(overrides)).norm
+    except (ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def device_context(plan: IpuPlan) -> DeviceContext:
     half = get_precision(plan.precision).half_compute
     return DeviceContext(get_chip(plan.chip), get_chip(plan.chip).tiles - plan.num_io_tiles,
                          plan.available_memory_proportion, half, half and plan.half_partials,
-                         workload_for(plan.model))
+                         workload_for(plan.model, plan.model_overrides))
 
 
 def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
