@@ -14,6 +14,8 @@ prints it and exits 2 before anything is written.
 
 from __future__ import annotations
 
+import logging
+
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +29,9 @@ from models.profile import LayerProfile
 _PROFILES: dict[tuple, tuple[LayerProfile, ...]] = {}
 RELU_LIKE = ("Relu", "Clip")
 
+
+logger = logging.getLogger(__name__)
+NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
 
 def workload_of(graph: Graph) -> Workload:
     """The cost model's activation and norm for the graph: the commonest activation (ReLU/Clip: relu,
@@ -97,6 +102,11 @@ def open_onnx(path: str, base: IpuPlan, image_sizes: Sequence[int] = (), num_cla
     source = OnnxSource(resolved, path, blocks, aliases, num_classes, fixed)
     for size in image_sizes[1:]:  # every size of a sweep is read before anything runs
         source.network(base.micro_batch, size)
+    if not any(n.op in NORM_OPS for n in probe.nodes):
+        logger.warning("%s: the graph has no normalisation layer; if the exporter folded batch norm into the "
+                       "convolutions (an eval-mode export, or the dynamo exporter's optimiser), the prediction "
+                       "leaves out the norms' cost: export with torch.onnx.export(model.train(), ..., dynamo=False, "
+                       "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)", _where(path))
     model = f"onnx:{resolved.name}"
     WORKLOADS[model] = workload_of(probe)
     plan = replace(base, model=model, model_overrides=(), image_size=h, image_channels=c,

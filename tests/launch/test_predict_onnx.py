@@ -98,3 +98,21 @@ def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(nets, tmp_path)
         assert done.returncode == 2, (args, done.stderr)
         assert words in done.stderr and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.onnx"]
+
+
+def test_a_graph_from_the_dynamo_exporter_predicts_and_a_folded_norm_is_named(tmp_path):
+    """torch's default (dynamo) exporter writes its weights beside the graph (``.onnx.data``) and its
+    optimiser folds batch norm into the convolutions: the graph predicts, with a warning that says so."""
+    import torch
+
+    from tests.models.torch_resnet_ref import ResNetRef
+
+    pytest.importorskip("onnxscript")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ResNetRef("resnet18", num_classes=10).train(), (torch.randn(2, 3, 64, 64),),
+                          str(tmp_path / "r18.onnx"), dynamo=True, verbose=False)
+    done = _run(tmp_path, "predict", "--onnx", "r18.onnx", "--system", "POD16", "--global-batch", "2560", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["predictions"][0]["images_per_s"] > 0
+    assert "the graph has no normalisation layer" in done.stderr and "dynamo=False" in done.stderr
