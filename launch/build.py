@@ -83,25 +83,62 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, L
     return train_set, loader, eval_loader
 
 
+def onnx_graph(cfg: TrainConfig, info):
+    """The graph of ``model.onnx`` at the dataset's image size and the micro-batch, checked against the
+    dataset (channels, classes): one ``ValueError`` line that names the key and the fix."""
+    from models.onnx import load_graph
+
+    h, w, c = info.image_shape
+    graph = load_graph(cfg.model.onnx, image_size=(h, w), batch_size=cfg.data.micro_batch)
+    if graph.input_shape[1] != c:
+        raise ValueError(f"model.onnx={cfg.model.onnx}: the graph reads {graph.input_shape[1]} channels, "
+                         f"the dataset's images ({cfg.data.path}) have {c}: export the network for {c}-channel input")
+    classes = graph.output_shapes[0][-1] if graph.output_shapes else None
+    if cfg.model.num_classes is None and classes != info.num_classes:
+        raise ValueError(f"model.onnx={cfg.model.onnx}: the classifier has {classes} classes, the dataset "
+                         f"({cfg.data.path}) {info.num_classes}; set model.num_classes={info.num_classes} to replace it")
+    if cfg.model.num_classes is not None and cfg.model.num_classes != info.num_classes:
+        raise ValueError(f"model.num_classes={cfg.model.num_classes} but the dataset ({cfg.data.path}) has "
+                         f"{info.num_classes}: set model.num_classes={info.num_classes}")
+    return graph
+
+
+def check_model(cfg: TrainConfig) -> None:
+    """Check ``model.onnx`` against the dataset before anything is written (the run directory included):
+    the graph loads, its input and classifier fit the dataset's images and classes. Nothing for a
+    built-in model (``build_model`` takes the dataset's shape)."""
+    if not cfg.model.onnx:
+        return
+    train_set = open_dataset(dataset_path(cfg.data.path), "train")
+    try:
+        onnx_graph(cfg, train_set.info)
+    finally:
+        train_set.close()
+
+
 def build_net(cfg: TrainConfig, info) -> Any:
     """The model for the dataset's image shape and classes (options may override resolution)."""
     h, w, c = info.image_shape
     if cfg.model.onnx:
-        from models.onnx import load_graph
         from models.onnx.network import graph_model
-        graph = load_graph(cfg.model.onnx, image_size=(h, w), batch_size=cfg.data.micro_batch)
-        if graph.input_shape[1] != c:
-            raise ValueError(f"model.onnx={cfg.model.onnx}: the graph reads {graph.input_shape[1]} channels, "
-                             f"the dataset's images have {c}")
-        classes = graph.output_shapes[0][-1] if graph.output_shapes else None
-        if cfg.model.num_classes is None and classes != info.num_classes:
-            raise ValueError(f"model.onnx={cfg.model.onnx}: the classifier has {classes} classes, the dataset "
-                             f"{info.num_classes}; set model.num_classes={info.num_classes} to replace it")
-        if cfg.model.num_classes is not None and cfg.model.num_classes != info.num_classes:
-            raise ValueError(f"model.num_classes={cfg.model.num_classes} but the dataset has {info.num_classes}")
-        return graph_model(graph, seed=cfg.run.seed, num_classes=cfg.model.num_classes)
+        return graph_model(onnx_graph(cfg, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes)
     options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
+
+
+def onnx_model_label(cfg: TrainConfig) -> str:
+    """The plan's model name for ``model.onnx``: ``poprun-ipu predict --onnx``'s (``launch.onnx_source``)."""
+    return f"onnx:{Path(cfg.model.onnx).expanduser().resolve().name}"
+
+
+def register_onnx_workload(cfg: TrainConfig, model) -> None:
+    """The cost model's activation and norm for the graph model (``ipu.cost.layers.WORKLOADS``), which its
+    profile rows do not say: what ``poprun-ipu predict --onnx`` registers for the same file."""
+    if cfg.model.onnx:
+        from ipu.cost.layers import WORKLOADS
+        from launch.onnx_source import workload_of
+
+        WORKLOADS[onnx_model_label(cfg)] = workload_of(model.graph)
 
 
 def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int) -> IpuPlan:
@@ -114,7 +151,10 @@ def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: i
     size = int(options.pop("resolution", image_shape[0]))
     options.setdefault("in_channels", image_shape[2])
     recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
-    return IpuPlan(model=cfg.model.name, model_overrides=tuple(sorted(options.items())), image_size=size,
+    model, overrides, extra = cfg.model.name, tuple(sorted(options.items())), {}
+    if cfg.model.onnx:  # the graph's own rows and workload (register_onnx_workload), as poprun-ipu predict --onnx
+        model, overrides, size, extra = onnx_model_label(cfg), (), image_shape[0], {"image_channels": image_shape[2]}
+    return IpuPlan(model=model, model_overrides=overrides, image_size=size, **extra,
                    num_classes=num_classes, micro_batch=cfg.data.micro_batch,
                    gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
                    ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
@@ -141,6 +181,7 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
     only the IO tiles are planned and the log says why there is no fit check.
     """
     ipu = cfg.ipu
+    register_onnx_workload(cfg, model)
     if not ipu.check_fit:
         try:
             ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)

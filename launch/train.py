@@ -49,7 +49,7 @@ from ipu.runtime.engine import WeightDivergenceError
 from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
 from launch import run_dir as rundir
-from launch.build import Training, build_training
+from launch.build import Training, build_training, check_model
 from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
 from launch.distribute import distribute, placement
@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides))
         if args.print_config or args.list_keys:
             return _print_config(cfg, args.list_keys, dist.instance_index == 0)
+        check_model(cfg)  # model.onnx against the dataset: before the run directory is made
         STOP.install((signal.SIGINT,))
         comm = popdist.get_comm()
         how = args.resume or ("auto" if dist.restart_count > 0 else "none")

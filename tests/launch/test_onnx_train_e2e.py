@@ -1,0 +1,108 @@
+"""``poprun-train --set model.onnx=PATH``: a small CNN exported from torch in training mode trains under the
+launcher, and how the replicas are split over instances does not change its losses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from data.dataset import open_dataset
+from data.sources import dataset_path
+from ipu.cost.prediction import predict
+from launch.build import ipu_plan
+from launch.config import load_config
+from launch.onnx_source import open_onnx
+from tests.launch.train_runs import losses, ok, train
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+class TinyNet(nn.Module):
+    """conv+BN+ReLU, a residual block, global pool, Gemm: 28x28x1 -> 10 classes."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8))
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.body(x))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def export_tiny(path, classes: int = 10) -> str:
+    torch.manual_seed(0)
+    net = TinyNet(classes).train()
+    torch.onnx.export(net, (torch.randn(2, 1, 28, 28),), str(path), dynamo=False,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["images"], output_names=["logits"],
+                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+    return str(path)
+
+
+def onnx_args(path: str, *extra: str) -> list[str]:
+    return ["--config", "dense", "--set", f"model.onnx={path}", "--set", "run.max_steps=6",
+            "--set", "run.evaluate=false", "--set", "run.plots=false", "--set", "run.progress_bar=false",
+            "--set", "data.replicas=2", *extra]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return export_tiny(tmp_path_factory.mktemp("onnx") / "tiny.onnx")
+
+
+def test_an_onnx_network_trains_bitwise_alike_over_one_or_two_instances(tiny, tmp_path):
+    got = {}
+    for instances in (1, 2):
+        run_dir = tmp_path / f"{instances}x{2 // instances}"
+        ok(train(onnx_args(tiny), run_dir, instances=instances, replicas=2))
+        got[instances] = losses(run_dir)
+    assert len(got[1]) == 6 and np.all(np.isfinite(got[1]))
+    np.testing.assert_array_equal(got[2], got[1])
+    # the POD prediction is the graph's, as poprun-ipu predict --onnx costs it for the same plan
+    summary = json.loads((tmp_path / "1x2" / "summary.json").read_text())
+    cfg = load_config("dense", [a for a in onnx_args(tiny) if a.startswith(("model.", "run.", "data."))])
+    info = open_dataset(dataset_path(cfg.data.path), "train").info
+    plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
+    assert plan.model == "onnx:tiny.onnx" and plan.model_overrides == () and plan.image_channels == 1
+    source, _ = open_onnx(tiny, plan)
+    assert summary["predicted_pod"] == plan.system
+    assert summary["predicted_pod_images_per_s"] == pytest.approx(predict(plan, source(plan)).images_per_s, rel=1e-12)
+
+
+def topk_model(path) -> str:
+    """A graph with an op the engine has no layer for (TopK)."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, [None, 1, 28, 28])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [None, 10])
+    w = numpy_helper.from_array(np.zeros((784, 10), np.float32), "w")
+    k = numpy_helper.from_array(np.array([10], np.int64), "k")
+    shape = numpy_helper.from_array(np.array([-1, 784], np.int64), "shape")
+    nodes = [helper.make_node("Reshape", ["images", "shape"], ["flat"], name="flatten"),
+             helper.make_node("MatMul", ["flat", "w"], ["scores"], name="fc"),
+             helper.make_node("TopK", ["scores", "k"], ["logits", "idx"], name="topk")]
+    graph = helper.make_graph(nodes, "topk", [x], [y], [w, k, shape])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["unsupported_op", "class_count"])
+def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path):
+    if case == "unsupported_op":
+        path, words = topk_model(tmp_path / "topk.onnx"), ("TopK", "topk")
+    else:
+        path, words = export_tiny(tmp_path / "seven.onnx", classes=7), ("7 classes", "model.num_classes=10")
+    run_dir = tmp_path / "run"
+    proc = train(onnx_args(path), run_dir)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert all(w in errors[0] for w in words), errors[0]
+    assert "Traceback" not in proc.stderr
+    assert not run_dir.exists()
