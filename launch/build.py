@@ -284,3 +284,11 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,
                                               use_num_updates=cfg.ema.use_num_updates)
     return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled)
+
+
+def save_trained_onnx(t: Training) -> None:
+    """With ``model.onnx``: ``run_dir/model.onnx``, the graph with the trained weights (``launch.onnx_export``)."""
+    if t.cfg.model.onnx:
+        from launch.onnx_export import write_trained_onnx
+
+        write_trained_onnx(t.model, t.cfg.model.onnx, t.cfg.run.run_dir)

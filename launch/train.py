@@ -49,7 +49,7 @@ from ipu.runtime.engine import WeightDivergenceError
 from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch import checkpoint as ckpt
 from launch import run_dir as rundir
-from launch.build import Training, build_training, check_model
+from launch.build import Training, build_training, check_model, save_trained_onnx
 from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
 from launch.distribute import distribute, placement
@@ -377,6 +377,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     if cfg.run.plots:
         plot_metrics(log.records(), cfg.run.run_dir)
     log.close()
+    save_trained_onnx(t)
     Path(cfg.run.run_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(run_end_text(summary, threads, t.placement.num_instances), flush=True)
     return 0

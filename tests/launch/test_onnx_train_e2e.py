@@ -73,6 +73,31 @@ def test_an_onnx_network_trains_bitwise_alike_over_one_or_two_instances(tiny, tm
     source, _ = open_onnx(tiny, plan)
     assert summary["predicted_pod"] == plan.system
     assert summary["predicted_pod_images_per_s"] == pytest.approx(predict(plan, source(plan)).images_per_s, rel=1e-12)
+    check_trained_onnx(tiny, tmp_path / "1x2" / "model.onnx")
+
+
+def check_trained_onnx(original: str, trained) -> None:
+    """The trained file loads in torch by initializer names and gives the engine's logits (eval mode)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from models.onnx import load_graph
+    from models.onnx.network import graph_model
+
+    proto = onnx.load(str(trained))
+    sd = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in proto.graph.initializer}
+    net = TinyNet().eval()
+    state = net.state_dict()
+    assert {k for k in state if not k.endswith("num_batches_tracked")} <= set(sd)
+    net.load_state_dict({k: v for k, v in sd.items() if k in state}, strict=False)
+    before = {i.name: numpy_helper.to_array(i) for i in onnx.load(original).graph.initializer}
+    assert not np.array_equal(sd["fc.weight"].numpy(), before["fc.weight"])  # trained
+    assert not np.array_equal(sd["stem.1.running_mean"].numpy(), before["stem.1.running_mean"])
+    x = np.random.default_rng(0).standard_normal((4, 28, 28, 1)).astype(np.float32)
+    engine = graph_model(load_graph(proto, batch_size=4)).forward(x, training=False)
+    with torch.no_grad():
+        ref = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+    np.testing.assert_allclose(engine, ref, rtol=1e-4, atol=1e-5)
 
 
 def topk_model(path) -> str:

@@ -1,0 +1,63 @@
+"""``run_dir/model.onnx``: the user's graph (``model.onnx``) with the trained initializers.
+
+Every parameter goes back through its ``ParamSite.to_onnx`` (the graph's layout), every batch norm's
+running statistics by their initializer names; an initializer the importer reached through an
+``Identity``/``Unsqueeze``/``Squeeze``/``Reshape`` of a constant is written to the initializer it came
+from, in that initializer's shape. The rest of the graph is the file's own. Written atomically
+(a temporary file, then ``os.replace``). In PyTorch::
+
+    sd = {i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy()) for i in onnx.load(p).graph.initializer}
+    net.load_state_dict({k: v for k, v in sd.items() if k in net.state_dict()}, strict=False)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+PASS_THROUGH = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
+
+
+def trained_onnx(model, source):
+    """The ``onnx.ModelProto`` of ``source`` (the file of ``model.onnx``) with ``model``'s weights."""
+    from onnx import numpy_helper
+
+    from models.onnx import read_model
+
+    proto = read_model(source)
+    inits = {t.name: t for t in proto.graph.initializer}
+    origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in PASS_THROUGH and n.input}
+    values = {s.initializer: s.to_onnx(np.asarray(s.param.data)) for s in model.sites}
+    values.update(model.buffers())
+    missing = []
+    for name, value in values.items():
+        root = name
+        while root not in inits and root in origin:
+            root = origin[root]
+        if root not in inits:
+            missing.append(name)
+            continue
+        old = inits[root]
+        dtype = numpy_helper.to_array(old).dtype
+        new = numpy_helper.from_array(np.asarray(value, dtype=dtype).reshape(tuple(old.dims)), root)
+        old.CopyFrom(new)
+    if missing:
+        raise ValueError(f"cannot write the trained weights back to the graph of {source}: no initializer "
+                         f"holds {missing[:5]}")
+    return proto
+
+
+def write_trained_onnx(model, source, run_dir) -> Path:
+    """``run_dir/model.onnx``, atomically; returns its path."""
+    import onnx
+
+    out = Path(run_dir) / "model.onnx"
+    tmp = out.with_name(f".model.onnx.{os.getpid()}.tmp")
+    onnx.save(trained_onnx(model, source), str(tmp))
+    os.replace(tmp, out)
+    logger.info("Trained weights in %s (the graph of %s with new initializers).", out, source)
+    return out
