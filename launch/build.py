@@ -9,6 +9,7 @@ the same verdict). What a checkpoint holds of a run is ``launch.checkpoint``'s.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from models.optim import make_optimizer
 from models.optim.ema import ExponentialMovingAverage
 from models.optim.loss_scaling import LossScaler
 from models.optim.schedules import Schedule, make_schedule
+from poprun_py.env import INSTANCE_INDEX
 from poprun_py.systems import smallest_system_for
 from poprun_py.topology import InstanceInfo
 
@@ -109,11 +111,16 @@ def check_model(cfg: TrainConfig) -> None:
     built-in model (``build_model`` takes the dataset's shape)."""
     if not cfg.model.onnx:
         return
+    from models.onnx import folded_norm_warning
+
     train_set = open_dataset(dataset_path(cfg.data.path), "train")
     try:
-        onnx_graph(cfg, train_set.info)
+        graph = onnx_graph(cfg, train_set.info)
     finally:
         train_set.close()
+    warning = folded_norm_warning(graph, f"model.onnx={cfg.model.onnx}", "it trains without normalisation")
+    if warning and int(os.environ.get(INSTANCE_INDEX, "0") or 0) == 0:  # once per job
+        logger.warning(warning)
 
 
 def build_net(cfg: TrainConfig, info) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ipu.cost.layers import WORKLOADS, Workload
 from ipu.plan import IpuPlan
-from models.onnx import Graph, OnnxImportError, OnnxNetwork, load_graph
+from models.onnx import Graph, OnnxImportError, OnnxNetwork, folded_norm_warning, load_graph
 from models.profile import LayerProfile
 
 _PROFILES: dict[tuple, tuple[LayerProfile, ...]] = {}
@@ -31,7 +31,6 @@ RELU_LIKE = ("Relu", "Clip")
 
 
 logger = logging.getLogger(__name__)
-NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
 
 def workload_of(graph: Graph) -> Workload:
     """The cost model's activation and norm for the graph: the commonest activation (ReLU/Clip: relu,
@@ -102,11 +101,9 @@ def open_onnx(path: str, base: IpuPlan, image_sizes: Sequence[int] = (), num_cla
     source = OnnxSource(resolved, path, blocks, aliases, num_classes, fixed)
     for size in image_sizes[1:]:  # every size of a sweep is read before anything runs
         source.network(base.micro_batch, size)
-    if not any(n.op in NORM_OPS for n in probe.nodes):
-        logger.warning("%s: the graph has no normalisation layer; if the exporter folded batch norm into the "
-                       "convolutions (an eval-mode export, or the dynamo exporter's optimiser), the prediction "
-                       "leaves out the norms' cost: export with torch.onnx.export(model.train(), ..., dynamo=False, "
-                       "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)", _where(path))
+    warning = folded_norm_warning(probe, _where(path), "the prediction leaves out the norms' cost")
+    if warning:
+        logger.warning(warning)
     model = f"onnx:{resolved.name}"
     WORKLOADS[model] = workload_of(probe)
     plan = replace(base, model=model, model_overrides=(), image_size=h, image_channels=c,

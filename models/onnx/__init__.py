@@ -16,9 +16,9 @@ Imports numpy, ``onnx`` and ``models.profile`` only: never the launcher, the dev
 kernels.
 """
 
-from models.onnx.graph import (SUPPORTED_OPS, Graph, Node, OnnxImportError, UnsupportedOpError, load_graph,
-                               read_model)
+from models.onnx.graph import (NORM_OPS, SUPPORTED_OPS, Graph, Node, OnnxImportError, UnsupportedOpError,
+                               folded_norm_warning, load_graph, read_model)
 from models.onnx.profile import OnnxNetwork, onnx_profile
 
-__all__ = ["SUPPORTED_OPS", "Graph", "Node", "OnnxImportError", "OnnxNetwork", "UnsupportedOpError", "load_graph",
+__all__ = ["NORM_OPS", "SUPPORTED_OPS", "folded_norm_warning", "Graph", "Node", "OnnxImportError", "OnnxNetwork", "UnsupportedOpError", "load_graph",
            "onnx_profile", "read_model"]

@@ -333,3 +333,19 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     out_shapes = tuple(_static(t, shapes, model.graph.node[-1], where) for t in outputs)
     return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
                  consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)})
+
+
+NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
+EXPORT_FOR_TRAINING = ("torch.onnx.export(model.train(), ..., dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
+                       "do_constant_folding=False)")
+
+
+def folded_norm_warning(graph: "Graph", shown: str, what: str) -> str | None:
+    """The one warning for a graph without a normalisation node (prediction and training say the same):
+    None when it has one. ``what`` says what the missing norms change (``the prediction leaves out the
+    norms' cost``; ``it trains without normalisation``)."""
+    if any(n.op in NORM_OPS for n in graph.nodes):
+        return None
+    return (f"{shown}: the graph has no normalisation layer; if the exporter folded batch norm into the "
+            f"convolutions (an eval-mode export, or the dynamo exporter's optimiser), {what}: export with "
+            f"{EXPORT_FOR_TRAINING}")

@@ -131,3 +131,24 @@ def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path)
     assert all(w in errors[0] for w in words), errors[0]
     assert "Traceback" not in proc.stderr
     assert not run_dir.exists()
+
+
+def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
+    """An eval-mode export folds batch norm into the convolutions: the trainer's check warns once, with the
+    prediction's message (``models.onnx.folded_norm_warning``) and the export that keeps the norms."""
+    from launch.build import check_model
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "folded.onnx")
+    torch.onnx.export(TinyNet().eval(), (torch.randn(2, 1, 28, 28),), path, dynamo=False, do_constant_folding=True,
+                      input_names=["images"], output_names=["logits"],
+                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+    cfg = load_config("dense", [f"model.onnx={path}"])
+    with caplog.at_level("WARNING"):
+        check_model(cfg)
+    warned = [r.getMessage() for r in caplog.records if "no normalisation layer" in r.getMessage()]
+    assert len(warned) == 1 and "it trains without normalisation" in warned[0] and "dynamo=False" in warned[0]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        check_model(load_config("dense", [f"model.onnx={export_tiny(tmp_path / 'bn.onnx')}"]))
+    assert not [r for r in caplog.records if "no normalisation layer" in r.getMessage()]
