@@ -3,7 +3,9 @@
 Every parameter goes back through its ``ParamSite.to_onnx`` (the graph's layout), every batch norm's
 running statistics by their initializer names; an initializer the importer reached through an
 ``Identity``/``Unsqueeze``/``Squeeze``/``Reshape`` of a constant is written to the initializer it came
-from, in that initializer's shape. The rest of the graph is the file's own. Written atomically
+from, in that initializer's shape. The running statistics are the first replica's (every replica keeps its
+own, as torch's DistributedDataParallel without SyncBatchNorm; the model holds whichever replica ran last on
+its instance, which would make the file depend on the instance split). The rest of the graph is the file's own. Written atomically
 (a temporary file, then ``os.replace``). In PyTorch::
 
     sd = {i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy()) for i in onnx.load(p).graph.initializer}
@@ -22,8 +24,9 @@ logger = logging.getLogger(__name__)
 PASS_THROUGH = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
-def trained_onnx(model, source):
-    """The ``onnx.ModelProto`` of ``source`` (the file of ``model.onnx``) with ``model``'s weights."""
+def trained_onnx(model, source, buffers=None):
+    """The ``onnx.ModelProto`` of ``source`` (the file of ``model.onnx``) with ``model``'s weights and
+    ``buffers`` (norm running statistics; default ``model.buffers()``)."""
     from onnx import numpy_helper
 
     from models.onnx import read_model
@@ -32,7 +35,7 @@ def trained_onnx(model, source):
     inits = {t.name: t for t in proto.graph.initializer}
     origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in PASS_THROUGH and n.input}
     values = {s.initializer: s.to_onnx(np.asarray(s.param.data)) for s in model.sites}
-    values.update(model.buffers())
+    values.update(model.buffers() if buffers is None else buffers)
     missing = []
     for name, value in values.items():
         root = name
@@ -51,13 +54,13 @@ def trained_onnx(model, source):
     return proto
 
 
-def write_trained_onnx(model, source, run_dir) -> Path:
+def write_trained_onnx(model, source, run_dir, buffers=None) -> Path:
     """``run_dir/model.onnx``, atomically; returns its path."""
     import onnx
 
     out = Path(run_dir) / "model.onnx"
     tmp = out.with_name(f".model.onnx.{os.getpid()}.tmp")
-    onnx.save(trained_onnx(model, source), str(tmp))
+    onnx.save(trained_onnx(model, source, buffers), str(tmp))
     os.replace(tmp, out)
     logger.info("Trained weights in %s (the graph of %s with new initializers).", out, source)
     return out

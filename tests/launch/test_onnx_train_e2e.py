@@ -73,14 +73,39 @@ def test_an_onnx_network_trains_bitwise_alike_over_one_or_two_instances(tiny, tm
     source, _ = open_onnx(tiny, plan)
     assert summary["predicted_pod"] == plan.system
     assert summary["predicted_pod_images_per_s"] == pytest.approx(predict(plan, source(plan)).images_per_s, rel=1e-12)
-    check_trained_onnx(tiny, tmp_path / "1x2" / "model.onnx")
-
-
-def check_trained_onnx(original: str, trained) -> None:
-    """The trained file loads in torch by initializer names and gives the engine's logits (eval mode)."""
+    check_trained_onnx(tiny, tmp_path / "1x2" / "model.onnx", tmp_path / "1x2")
+    # the written file does not depend on the instance split (replica 0's batch-norm statistics)
     import onnx
     from onnx import numpy_helper
 
+    written = [{i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / run / "model.onnx")).graph.initializer}
+               for run in ("1x2", "2x1")]
+    assert written[0].keys() == written[1].keys()
+    for name, value in written[0].items():
+        np.testing.assert_array_equal(written[1][name], value, err_msg=name)
+
+
+def validation_images(n: int = 8) -> np.ndarray:
+    """The first ``n`` validation images of the dense config's dataset, normalised as the loader does: NHWC float32."""
+    val = open_dataset(dataset_path("data/fashion-mnist-subset.h5"), "validation")
+    try:
+        images = val.read_all()[:n].astype(np.float64)
+        mean, std = np.asarray(val.info.mean), np.asarray(val.info.std)
+    finally:
+        val.close()
+    if images.max() > 1.5:  # stored as bytes
+        images /= 255.0
+    return ((images - mean) / std).astype(np.float32)
+
+
+def check_trained_onnx(original: str, trained, run_dir=None) -> None:
+    """The trained file loads in torch by initializer names and gives, in eval mode, the logits of the trained
+    engine's own final weights (the last checkpoint of ``run_dir``: the parameters and replica 0's batch-norm
+    statistics put into the graph model of the original file) on validation images."""
+    import onnx
+    from onnx import numpy_helper
+
+    from launch.checkpoint import find_latest, load_checkpoint, split_prefix
     from models.onnx import load_graph
     from models.onnx.network import graph_model
 
@@ -93,11 +118,25 @@ def check_trained_onnx(original: str, trained) -> None:
     before = {i.name: numpy_helper.to_array(i) for i in onnx.load(original).graph.initializer}
     assert not np.array_equal(sd["fc.weight"].numpy(), before["fc.weight"])  # trained
     assert not np.array_equal(sd["stem.1.running_mean"].numpy(), before["stem.1.running_mean"])
-    x = np.random.default_rng(0).standard_normal((4, 28, 28, 1)).astype(np.float32)
-    engine = graph_model(load_graph(proto, batch_size=4)).forward(x, training=False)
+    x = validation_images()
+    if run_dir is None:
+        engine = graph_model(load_graph(proto, batch_size=len(x))).forward(x, training=False)
+    else:
+        arrays, _ = load_checkpoint(find_latest(run_dir))
+        model = graph_model(load_graph(original, batch_size=len(x)))  # the untrained file + the checkpoint
+        weights = split_prefix(arrays, "model")
+        assert set(weights) == {p.name for p in model.params()}
+        for p in model.params():
+            np.copyto(p.data, weights[p.name])
+        stats = split_prefix(arrays, "replica/0")
+        assert set(stats) == set(model.buffers())
+        for key, value in model.buffers().items():
+            np.copyto(value, stats[key])
+        engine = model.forward(x, training=False)
     with torch.no_grad():
         ref = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
-    np.testing.assert_allclose(engine, ref, rtol=1e-4, atol=1e-5)
+    assert engine.shape == ref.shape == (len(x), 10)
+    np.testing.assert_allclose(ref, engine, rtol=1e-4, atol=1e-5)
 
 
 def topk_model(path) -> str:
