@@ -300,4 +300,5 @@ def save_trained_onnx(t: Training) -> None:
 
         first = t.engine.replicas[0]  # global replica 0 (instance 0): its batch-norm statistics
         assert first.index == 0, "run_dir/model.onnx is written by the instance of replica 0"
-        write_trained_onnx(t.model, t.cfg.model.onnx, t.cfg.run.run_dir, first.state_dict())
+        write_trained_onnx(t.model, t.cfg.model.onnx, t.cfg.run.run_dir, first.state_dict(),
+                           t.cfg.model.num_classes)

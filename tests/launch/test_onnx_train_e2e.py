@@ -191,3 +191,25 @@ def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         check_model(load_config("dense", [f"model.onnx={export_tiny(tmp_path / 'bn.onnx')}"]))
     assert not [r for r in caplog.records if "no normalisation layer" in r.getMessage()]
+
+
+def test_model_num_classes_replaces_the_classifier_end_to_end(tmp_path):
+    """A 7-class export trained on the 10-class dataset with model.num_classes=10: the run finishes and its
+    run_dir/model.onnx has a 10-way classifier that torch loads into a 10-class network."""
+    import onnx
+    from onnx import numpy_helper
+
+    from models.onnx import load_graph
+
+    path = export_tiny(tmp_path / "seven.onnx", classes=7)
+    run_dir = tmp_path / "run"
+    ok(train(onnx_args(path, "--set", "model.num_classes=10"), run_dir, instances=1, replicas=2))
+    assert len(losses(run_dir)) == 6
+    proto = onnx.load(str(run_dir / "model.onnx"))
+    sd = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    assert sd["fc.weight"].shape == (10, 8) and sd["fc.bias"].shape == (10,)
+    assert load_graph(proto, batch_size=2).output_shapes[0] == (2, 10)
+    net = TinyNet(10).eval()
+    net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items() if k in net.state_dict()}, strict=False)
+    with torch.no_grad():
+        assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
