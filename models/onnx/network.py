@@ -31,7 +31,7 @@ from models.conv import Conv2d
 from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
-from models.norm import BatchNorm2d, GroupNorm
+from models.norm import ACTS, BatchNorm2d, GroupNorm
 from models.onnx.graph import Graph, Node, OnnxImportError
 from models.onnx.ops import Binary, Concat, LayerOp, Move, Op, Unary, const_to_engine
 from models.onnx.profile import OnnxNetwork, _prefix
@@ -136,7 +136,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
         op, taken = builder.node(graph.nodes[i], graph.nodes, i)
         ops.append(op)
         i += taken
-    ops = _live(ops, graph.outputs[0])
+    ops = _fuse_norm_act(_live(ops, graph.outputs[0]), graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
@@ -154,6 +154,29 @@ def _live(ops: list[Op], output: str) -> list[Op]:
             keep.append(op)
             need.update(op.inputs)
     return keep[::-1]
+
+
+def _fuse_norm_act(ops: list[Op], output: str) -> list[Op]:
+    """A batch or group norm whose output only a SiLU or ReLU reads takes that activation into its kernel
+    (``act``), as the built-in models' norms do: the same arithmetic, hence the same bits, as the layer API
+    (the activation of the rounded norm output would differ by an ulp)."""
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    dropped = set()
+    for op in ops:
+        layer = op.layer if isinstance(op, LayerOp) else None
+        if not isinstance(layer, (BatchNorm2d, GroupNorm)) or layer.act != ACTS[None] or op.output == output \
+                or getattr(op, "as_rank4", False):
+            continue
+        after = readers.get(op.output, [])
+        act = after[0].layer if len(after) == 1 and isinstance(after[0], LayerOp) else None
+        if isinstance(act, Activation) and act.fn in ("silu", "relu"):
+            layer.act = ACTS[act.fn]
+            op.output = after[0].output
+            dropped.add(id(after[0]))
+    return [op for op in ops if id(op) not in dropped]
 
 
 def _split(ops: list[Op], input: str, output: str):

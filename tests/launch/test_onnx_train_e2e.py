@@ -221,12 +221,13 @@ def test_the_onnx_export_of_efficientnet_tiny_trains_as_the_builtin(tmp_path):
     loaded, exported in training mode) train to the same losses, 1 instance x 2 replicas. Stochastic depth is
     off on both sides: torch exports it as random ops (``Bernoulli``) the engine does not import.
 
-    Not bitwise; the first difference is the stem's norm + swish: the stem convolutions give the same bits,
-    but the built-in fuses the swish into its GroupNorm (``act``: one kernel, ``K.affine_act``), the graph
-    runs GroupNormalization and then SiLU as two layers over the rounded float32 norm output: the stem's
-    output differs by up to 2.4e-7 (one float32 ulp), the first loss by 6e-8 relative (measured). Not the
-    cause: the norm's epsilon, float32 in ONNX (0.0010000000475) against 1e-3 (setting it to 1e-3 leaves the
-    same difference). Fusing a norm with its only consumer SiLU in ``models.onnx.network`` would remove it."""
+    Not bitwise; the first difference (measured, eval forward of one batch) is block1a's squeeze-excitation:
+    the stem and block1a's depthwise convolution + norm + swish give the same bits (the graph's norms take
+    the SiLU that alone reads them into their kernel, as the built-in's do: ``network._fuse_norm_act``), but
+    the built-in's ``SqueezeExcitation`` is one layer (pool, two small matrix products, swish, sigmoid, gate)
+    where the graph runs GlobalAveragePool, 1x1 Conv, SiLU, 1x1 Conv, Sigmoid and Mul as six: its output
+    differs by 2.4e-7 (one float32 ulp), the first loss by 6e-8 relative. Not the cause: the norms' epsilon,
+    float32 in ONNX (0.0010000000475) against 1e-3 (setting it to 1e-3 leaves the same difference)."""
     from launch.build import build_net
     from tests.models.torch_efficientnet_ref import EfficientNetRef, norm_factory
 
