@@ -32,7 +32,7 @@ MARK = "POPRUN_SHM_TEST_JOB"  # in every process of one test's job, to wait for 
 
 # After MPI_Init and one collective, print the MPI segments this process maps, then `ACTION`.
 PROGRAM = """\
-import json, os, signal, sys, time
+import json, os, signal, sys
 import numpy as np
 import poprun_py as p
 from poprun_py.shm import mapped_segments
@@ -49,8 +49,8 @@ ACTIONS = {
     "exit": "if me == 1:\n    sys.exit(3)\ncomm.barrier()",
     "kill": "if me == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ncomm.barrier()",
     "usage": "p.get_device_id(4)",  # the job runs 1 IPU per replica: a ValueError on every instance
-    "hang": "if me == 1:\n    while True: time.sleep(1)\ncomm.barrier()",
-    "sleep": "while True: time.sleep(1)",
+    "hang": "if me == 1:\n    while True: signal.pause()\ncomm.barrier()",  # stuck outside the collective
+    "wait": "while True: signal.pause()",  # waits until a signal ends it
 }
 
 
@@ -128,7 +128,7 @@ def _read_until_segments(proc: subprocess.Popen, count: int) -> str:
 def test_launcher_mode_ctrl_c_leaves_no_segment(tmp_path):
     token = uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-m", "poprun_py", "--num-instances", "2", "python",
-                             _program(tmp_path, "sleep")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             _program(tmp_path, "wait")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_job_env(token), cwd=ROOT)
     head = _read_until_segments(proc, 2)
     proc.send_signal(signal.SIGINT)
@@ -163,7 +163,7 @@ def test_in_mpi_mode_hang_leaves_no_segment(tmp_path):
 
 def test_in_mpi_mode_ctrl_c_prints_one_line_per_rank_and_leaves_no_segment(tmp_path):
     token = uuid.uuid4().hex
-    proc = subprocess.Popen(_mpiexec_argv(_program(tmp_path, "sleep")), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_mpiexec_argv(_program(tmp_path, "wait")), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_job_env(token), cwd=ROOT,
                             start_new_session=True)
     head = _read_until_segments(proc, 2)
