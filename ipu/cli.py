@@ -84,18 +84,23 @@ def _with_chip(plan: IpuPlan, chip: str | None) -> IpuPlan:
 
 
 def _profile(args) -> int:
+    plan = _with_chip(get_preset(args.preset), args.chip)
+    show_profile(args.preset, predict(plan, load_profile(plan)), plan.chip, args.out, args.json, args.top)
+    return 0
+
+
+def show_profile(name: str, prediction: Prediction, chip: str, out: Path, as_json: bool, top: int) -> Path:
+    """Print the per-layer profile (a table, or JSON for scripts) and draw ``out/profile_<name>_<chip>.png``."""
     from ipu.cost.breakdown import format_profile, profile_dict
     from ipu.cost.breakdown_plot import plot_profile
 
-    plan = _with_chip(get_preset(args.preset), args.chip)
-    prediction = predict(plan, load_profile(plan))
-    png = plot_profile(args.preset, prediction, args.out / f"profile_{args.preset}_{plan.chip}.png")
-    if args.json:
-        print(json.dumps({**profile_dict(args.preset, prediction), "png": str(png)}, indent=1))
+    png = plot_profile(name, prediction, out / f"profile_{Path(name).name}_{chip}.png")
+    if as_json:
+        print(json.dumps({**profile_dict(name, prediction), "png": str(png)}, indent=1))
     else:
-        print(format_profile(args.preset, prediction, top=args.top or None))
+        print(format_profile(name, prediction, top=top or None))
         print(f"wrote {png}")
-    return 0
+    return png
 
 
 def _validate(args) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+from poprun_py.errors import EXIT_INTERRUPTED  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 def _run(module: str, command: str) -> int:

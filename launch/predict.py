@@ -236,8 +236,6 @@ def predict_one(name: str, plan: IpuPlan, profile: list, epochs: float, as_json:
 
 def _profile(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSource = load_profile,
              splits: tuple[str, ...] = ()) -> int:
-    from ipu.cost.breakdown import format_profile, profile_dict
-    from ipu.cost.breakdown_plot import plot_profile
     from ipu.cost.prediction import predict
 
     if is_sweep(grid):
@@ -250,12 +248,7 @@ def _profile(args, base: Base, grid: dict[str, tuple], profile_for: ProfileSourc
         prediction = predict(plan, profile_for(plan))
     except ValueError as err:
         return _usage(err)
-    png = plot_profile(base.name, prediction, args.out / f"profile_{Path(base.name).name}_{plan.chip}.png")
-    if args.json:
-        print(json.dumps({**profile_dict(base.name, prediction), "png": str(png)}, indent=1))
-    else:
-        print(format_profile(base.name, prediction, top=args.top or None))
-        print(f"wrote {png}")
+    ipu_cli.show_profile(base.name, prediction, plan.chip, args.out, args.json, args.top)
     return 0
 
 

@@ -53,11 +53,10 @@ from launch.build import Training, build_training, check_model, save_trained_onn
 from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
 from launch.distribute import distribute, placement
-from launch.entry import EXIT_INTERRUPTED
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, run_end_text
 from launch.thread_report import gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
-from poprun_py.errors import signal_name
+from poprun_py.errors import EXIT_INTERRUPTED, signal_name
 
 logger = logging.getLogger("launch.train")
 

@@ -131,11 +131,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
                               f"got outputs {list(graph.outputs)} of shapes {[list(s) for s in graph.output_shapes]}")
     rng = Rng(np.random.default_rng(seed))
     builder = _Builder(graph, dtype, rng, seed, num_classes)
-    ops, i = [], 0
-    while i < len(graph.nodes):
-        op, taken = builder.node(graph.nodes[i], graph.nodes, i)
-        ops.append(op)
-        i += taken
+    ops = [builder.node(n) for n in graph.nodes]
     ops = _fuse_norm_act(_live(ops, graph.outputs[0]), graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
@@ -147,7 +143,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
 
 
 def _live(ops: list[Op], output: str) -> list[Op]:
-    """The ops the output depends on (a pattern's leftovers and unread side outputs dropped)."""
+    """The ops the output depends on (unread side outputs dropped)."""
     need, keep = {output}, []
     for op in reversed(ops):
         if op.output in need:
@@ -345,40 +341,40 @@ class _Builder:
             raise self.fail(n, f"reshaping {list(x)} to {list(y)} mixes the batch")
         return Move(n.name, n.inputs[:1], n.outputs[0], y[1:])
 
-    def node(self, n: Node, nodes: list[Node], i: int) -> tuple[Op, int]:
-        """The op of ``nodes[i]`` and how many nodes it takes (torch's group norm: five)."""
+    def node(self, n: Node) -> Op:
+        """The engine op of one node."""
         op = n.op
         if op == "Conv":
-            return self.conv(n), 1
+            return self.conv(n)
         if op in ("Gemm", "MatMul"):
-            return self.dense(n), 1
+            return self.dense(n)
         if op == "BatchNormalization":
-            return self.batch_norm(n), 1
+            return self.batch_norm(n)
         if op in ("Relu", "Sigmoid", "SiLU"):
             fn = {"Relu": "relu", "Sigmoid": "sigmoid", "SiLU": "silu"}[op]
-            return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, fn, self.dtype)), 1
+            return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, fn, self.dtype))
         if op in ("Clip", "Tanh", "HardSigmoid", "HardSwish"):
-            return Unary(n.name, op, n.inputs[:1], n.outputs[0], n.attrs), 1
+            return Unary(n.name, op, n.inputs[:1], n.outputs[0], n.attrs)
         if op in ("Add", "Sub", "Mul", "Div"):
-            return self.binary(n), 1
+            return self.binary(n)
         if op == "MaxPool":
-            return self.max_pool(n), 1
+            return self.max_pool(n)
         if op in ("GlobalAveragePool", "ReduceMean"):
-            return self.global_pool(n), 1
+            return self.global_pool(n)
         if op == "AveragePool" and n.output_shapes[0][2:] == (1, 1) and not any(n.attrs.get("pads", [0])) \
                 and list(n.attrs.get("kernel_shape", [])) == list(n.input_shapes[0][2:]):
-            return self.global_pool(n), 1
+            return self.global_pool(n)
         if op == "Concat":
-            return Concat(n.name, list(n.inputs), n.outputs[0], n.attrs.get("axis", 1), len(n.output_shapes[0])), 1
+            return Concat(n.name, list(n.inputs), n.outputs[0], n.attrs.get("axis", 1), len(n.output_shapes[0]))
         if op == "Dropout":
             return LayerOp(n.name, n.inputs[:1], n.outputs[0],
-                           Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype)), 1
+                           Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype))
         if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
-            return self.move(n), 1
+            return self.move(n)
         if op == "InstanceNormalization":
-            return self.instance_norm(n), 1
+            return self.instance_norm(n)
         if op == "GroupNormalization":
-            return self.group_norm_node(n), 1
+            return self.group_norm_node(n)
         raise self.fail(n, "no layer of the engine does this op")
 
     def instance_norm(self, n: Node) -> Op:

@@ -48,11 +48,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.onnx.graph import DATA_MOVEMENT, Graph, Node, OnnxImportError, load_graph, param_inputs
+from models.onnx.graph import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, load_graph, param_inputs
 from models.profile import ConvShape, LayerProfile
 
 ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "SiLU"})
-NORMS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
 
 
 def _nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -116,11 +115,11 @@ class _Rows:
             return [self._conv(node, block, params)]
         if op in ("Gemm", "MatMul"):
             return [self._dense(node, block, params)]
-        if op in NORMS:
+        if op in NORM_OPS:
             return [_row(node, block, "norm", 8 * e, 12 * e, e, params)]
         if op in ACTIVATIONS:
             src = self.producer.get(node.inputs[0])
-            fused = src is not None and (src.op in NORMS or src.op == "Add") and self._readers(node.inputs[0]) == 1
+            fused = src is not None and (src.op in NORM_OPS or src.op == "Add") and self._readers(node.inputs[0]) == 1
             if fused and op == "Relu" and src.op == "Add":  # the engine's add_relu: one FLOP each way
                 return [_row(node, block, "act", e, e, 0, params)]
             return [_row(node, block, "act", 4 * e, 6 * e, 0 if fused else e, params)]

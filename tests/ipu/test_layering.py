@@ -9,8 +9,9 @@
 * ``ipu/runtime/`` may import all of the above, never the command line.
 """
 
-import ast
 from pathlib import Path
+
+from tests.import_rules import offenders_in
 
 IPU = Path(__file__).resolve().parents[2] / "ipu"
 
@@ -22,20 +23,8 @@ RULES = {
 }
 
 
-def _imported_modules(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
-
-
 def _offenders(paths, forbidden) -> dict[str, list[str]]:
-    found = {str(p.relative_to(IPU)): sorted(m for m in _imported_modules(p) if forbidden(m)) for p in paths}
-    return {k: v for k, v in found.items() if v}
+    return offenders_in(paths, forbidden)
 
 
 def test_every_subpackage_has_a_rule():

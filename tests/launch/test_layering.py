@@ -7,8 +7,9 @@
 * every subpackage of ``launch`` has a rule here.
 """
 
-import ast
 from pathlib import Path
+
+from tests.import_rules import imported_modules
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 
@@ -17,16 +18,7 @@ IMPORTED_ONLY_BY = {"study": {"entry.py"}, "examples": set()}
 
 
 def _imported_modules(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("launch."):
-            names.add(node.value)  # importlib.import_module("launch.study.cli")
-    return names
+    return imported_modules(path, names=True)  # importlib.import_module("launch.study.cli") counts
 
 
 def test_every_subpackage_has_a_rule():

@@ -4,6 +4,7 @@ launcher, and how the replicas are split over instances does not change its loss
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from launch.build import ipu_plan
 from launch.config import load_config
 from launch.onnx_source import open_onnx
 from tests.launch.train_runs import losses, ok, train
+from tests.models.onnx_exports import training_export
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -38,10 +40,8 @@ class TinyNet(nn.Module):
 def export_tiny(path, classes: int = 10) -> str:
     torch.manual_seed(0)
     net = TinyNet(classes).train()
-    torch.onnx.export(net, (torch.randn(2, 1, 28, 28),), str(path), dynamo=False,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["images"], output_names=["logits"],
-                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+    Path(path).write_bytes(training_export(net, torch.randn(2, 1, 28, 28), input_name="images",
+                                           output_name="logits", dynamic={0: "batch"}))
     return str(path)
 
 
@@ -244,10 +244,8 @@ def test_the_onnx_export_of_efficientnet_tiny_trains_as_the_builtin(tmp_path):
                                               strict=False)
     assert not missing and not unexpected
     path = str(tmp_path / "tiny.onnx")
-    torch.onnx.export(ref.train(), (torch.randn(2, 1, 28, 28),), path, dynamo=False,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["images"], output_names=["logits"],
-                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+    Path(path).write_bytes(training_export(ref, torch.randn(2, 1, 28, 28), input_name="images",
+                                           output_name="logits", dynamic={0: "batch"}))
     got = {}
     for name, extra in (("builtin", []), ("onnx", ["--set", f"model.onnx={path}"])):
         ok(train(common + extra, tmp_path / name, instances=1, replicas=2))

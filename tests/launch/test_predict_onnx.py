@@ -1,7 +1,6 @@
 """poprun-ipu predict|profile --onnx: torchvision-layout MobileNet-V2- and ResNet-18-style networks written
 here, exported with torch (TorchScript exporter, training mode, no constant folding), from a temporary folder."""
 
-import io
 import json
 import subprocess
 import sys
@@ -9,6 +8,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+from tests.models.onnx_exports import training_export
 
 POPRUN_IPU = str(Path(sys.executable).with_name("poprun-ipu"))
 pytestmark = pytest.mark.torch
@@ -47,13 +48,8 @@ def _mobilenet_v2():
 def _export(model, path):
     import torch
 
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model.train(), (torch.randn(2, 3, 64, 64),), f, dynamo=False, opset_version=17,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}})
-    path.write_bytes(f.getvalue())
+    path.write_bytes(training_export(model, torch.randn(2, 3, 64, 64), input_name="x",
+                                     dynamic={0: "batch", 2: "h", 3: "w"}))
 
 
 @pytest.fixture(scope="module")

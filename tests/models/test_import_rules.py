@@ -4,48 +4,10 @@ launcher, the device model or MPI; ``data/`` never imports ``models/``; the kern
 module of each package is read, subpackages included, and imports inside functions count too.
 (Named apart from ``tests/ipu/test_layering.py``: test modules share one namespace.)"""
 
-import ast
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT = ("poprun_py", "launch", "ipu", "models", "data", "jit")
-
-
-def _module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module ``path`` imports (relative imports resolved)."""
-    package = _module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
-            module = ".".join(x for x in (base, node.module) if x)
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)  # ``from models import conv``
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
-
-
-def offenders(package: str, forbidden, root: Path = ROOT) -> dict[str, list[str]]:
-    found = {}
-    for path in sorted((root / package).rglob("*.py")):
-        bad = sorted(m for m in imported_modules(path, root) if forbidden(m))
-        if bad:
-            found[str(path.relative_to(root))] = bad
-    return found
-
-
-def _under(module: str, *packages: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in packages)
+from tests.import_rules import PROJECT, offenders
+from tests.import_rules import under as _under
 
 
 @pytest.mark.parametrize("package", ["models", "data", "jit"])

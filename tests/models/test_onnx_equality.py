@@ -18,8 +18,6 @@ equal), the memory fit does (the built-in's figure is the larger). Both sides co
 own norm: the built-in's from its config (``ipu.cost.layers.workload_for``), the graph's from its nodes.
 """
 
-import io
-import warnings
 from dataclasses import replace
 
 import onnx
@@ -29,6 +27,7 @@ from ipu.cost.prediction import predict
 from ipu.plan import PRESETS, load_profile
 from launch.onnx_source import open_onnx
 from models import build_model
+from tests.models.onnx_exports import training_export
 
 pytestmark = pytest.mark.torch
 # built-in block -> the torch module path that starts it (features.0 is the stem)
@@ -56,13 +55,8 @@ def _export(key, path):
         _, variant, norm, group = spec
         ref = EfficientNetRef(variant, 1000, norm=norm_factory(norm), group_size=group,
                               expand_ratio=4 if group == 16 else None, drop_connect=0.0)
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(ref.train(), (torch.randn(2, 3, 32, 32),), f, dynamo=False, opset_version=17,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}})
-    path.write_bytes(f.getvalue())
+    path.write_bytes(training_export(ref, torch.randn(2, 3, 32, 32), input_name="x",
+                                     dynamic={0: "batch", 2: "h", 3: "w"}))
     return path
 
 

@@ -244,25 +244,18 @@ def test_named_split_nodes_start_blocks():
 
 @pytest.mark.torch
 def test_legacy_torch_export_of_the_builtin_resnet_matches_its_profile():
-    """torch's TorchScript exporter (``dynamo=False``; the dynamo one needs onnxscript, not installed) of
+    """torch's TorchScript exporter (``dynamo=False``; the dynamo exporter is tested in tests/launch/test_predict_onnx.py) of
     the torchvision-layout ResNet-18 oracle, BN kept (training mode): the same rows, parameters, FLOPs and
     activations as the built-in model (row order differs only where torch runs the shortcut first)."""
-    import io
-    import warnings
-
     import torch
 
     from models import build_model
+    from tests.models.onnx_exports import training_export
     from tests.models.torch_resnet_ref import ResNetRef
 
-    ref = ResNetRef("resnet18", num_classes=10, width=8).train()
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(ref, (torch.randn(2, 3, 32, 32),), f, dynamo=False, opset_version=17,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], dynamic_axes={"x": {0: "batch"}})
-    net = OnnxNetwork(load_graph(onnx.load_from_string(f.getvalue()), batch_size=4))
+    ref = ResNetRef("resnet18", num_classes=10, width=8)
+    graph = training_export(ref, torch.randn(2, 3, 32, 32), input_name="x", dynamic={0: "batch"})
+    net = OnnxNetwork(load_graph(onnx.load_from_string(graph), batch_size=4))
     rows, builtin = net.profile(4), build_model("resnet18", 10, width=8, resolution=32).profile(4)
     assert net.blocks() == ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]
     assert sorted(r.kind for r in rows) == sorted(r.kind for r in builtin)

@@ -4,8 +4,6 @@ EfficientNet-B0-style with G16 groups and group norm), and a finite-difference c
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +12,7 @@ from onnx import helper, numpy_helper
 from models.loss import softmax_cross_entropy
 from models.onnx import load_graph
 from models.onnx.network import graph_model
+from tests.models.onnx_exports import training_export
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -21,10 +20,7 @@ RTOL = 1e-10
 
 
 def export(net, x) -> onnx.ModelProto:
-    f = io.BytesIO()
-    torch.onnx.export(net, (x,), f, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, opset_version=17)
-    return onnx.load_from_string(f.getvalue())
+    return onnx.load_from_string(training_export(net, x))
 
 
 def torch_names(model: onnx.ModelProto, state: dict) -> dict[str, str]:

@@ -1,0 +1,56 @@
+"""What a module imports, read from its source: the checker behind the layering tests of every
+package (``tests/ipu/test_layering.py``, ``tests/launch/test_layering.py``,
+``tests/models/test_import_rules.py``). Imports inside functions count, relative ones are resolved,
+and with ``names=True`` so does a string naming a module of the project (``importlib.import_module``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ("poprun_py", "launch", "ipu", "models", "data", "jit")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path = ROOT, names: bool = False) -> set[str]:
+    """Every module ``path`` imports, and ``module.name`` for each name of a ``from`` import."""
+    package = _module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+            module = ".".join(x for x in (base, node.module) if x)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)  # ``from models import conv``
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif names and isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.split(".")[0] in PROJECT and "." in node.value and " " not in node.value:
+            found.add(node.value)
+    return found
+
+
+def under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def offenders_in(paths, forbidden, root: Path = ROOT, names: bool = False) -> dict[str, list[str]]:
+    """``{file: [forbidden modules it imports]}`` for the files of ``paths`` that import any."""
+    found = {}
+    for path in sorted(paths):
+        bad = sorted(m for m in imported_modules(path, root, names) if forbidden(m))
+        if bad:
+            found[str(path.relative_to(root))] = bad
+    return found
+
+
+def offenders(package: str, forbidden, root: Path = ROOT) -> dict[str, list[str]]:
+    """:func:`offenders_in` every module of ``package`` (a folder under ``root``), subpackages included."""
+    return offenders_in((root / package).rglob("*.py"), forbidden, root)
