@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
 from data.loader import Loader, evaluation_loader
 from data.sources import dataset_path
+from data.split import Subset, open_split
 from ipu.compile import CompiledIpu, compile_device
 from ipu.io_tiles import IoTilePlan, plan_io_tiles
 from ipu.plan import IpuPlan, optimizer_state
@@ -57,6 +59,9 @@ class Training:
     compiled: CompiledIpu | None = None
     run_id: str = ""  # the run this instance takes part in (launch.run_dir), recorded in each checkpoint
     saved_step: int = -1  # the update of this run's newest checkpoint (written or resumed from); -1: none
+    test_loader: Loader | None = None  # run.evaluate_test: the test split, evaluated once at the end
+    cpu_before: float = 0.0  # CPU seconds (all instances) of the earlier parts of a resumed run, from its checkpoint
+    cpu_origin: float = field(default_factory=time.process_time)  # this process's CPU clock when this part began
 
     @property
     def instance_index(self) -> int:
@@ -68,21 +73,26 @@ class Training:
         return self.placement.index == 0
 
 
-def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset, Loader, Loader | None]:
+def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset | Subset, Loader, Loader | None, Loader | None]:
+    """The training loader, the validation loader (``run.evaluate``) and the test loader (``run.evaluate_test``):
+    the splits of ``data.split.open_split``, carved from the training images when ``data.validation_fraction`` > 0."""
     d = replace(cfg.data, path=dataset_path(cfg.data.path))
     if placement.num_total_replicas != d.replicas:
         raise ValueError(f"the placement runs {placement.num_total_replicas} replicas but data.replicas is "
                          f"{d.replicas}: build the placement with launch.distribute.placement(distribute(cfg, dist), dist)")
-    train_set = open_dataset(d.path, "train")
+    if cfg.run.evaluate_test and not d.validation_fraction:
+        raise ValueError("run.evaluate_test=true needs data.validation_fraction > 0: without a validation split carved from "
+                         "the training images the file's held-out split is the validation split, not a test split")
+    train_set = open_split(d.path, "train", d.validation_fraction, d.split_seed)
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
     loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
                     augment=augment, prefetch_batches=host_batches_ahead(cfg.ipu.prefetch_micro_batches, d.grad_accum), cache=d.cache)
-    eval_loader = None
-    if cfg.run.evaluate:
-        val_set = open_dataset(d.path, "validation")
-        spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
-        eval_loader = evaluation_loader(val_set, spec, prefetch_batches=cfg.ipu.prefetch_micro_batches, cache=d.cache)
-    return train_set, loader, eval_loader
+    spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
+    held_out = []
+    for split, wanted in (("validation", cfg.run.evaluate), ("test", cfg.run.evaluate_test)):
+        held_out.append(evaluation_loader(open_split(d.path, split, d.validation_fraction, d.split_seed), spec,
+                                          prefetch_batches=cfg.ipu.prefetch_micro_batches, cache=d.cache) if wanted else None)
+    return train_set, loader, held_out[0], held_out[1]
 
 
 def onnx_graph(cfg: TrainConfig, info):
@@ -272,7 +282,7 @@ def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
 
 def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
     """Every object of a run on this instance, from the config and the instance's placement."""
-    train_set, loader, eval_loader = build_loaders(cfg, placement)
+    train_set, loader, eval_loader, test_loader = build_loaders(cfg, placement)
     model = build_net(cfg, train_set.info)
     compiled = compile_ipu(cfg, model, train_set.info, lead=placement.index == 0)
     params = model.params()
@@ -290,7 +300,13 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
     if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
         engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,
                                               use_num_updates=cfg.ema.use_num_updates)
-    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled)
+    if cfg.run.update_stats_every:
+        from models.optim.probe import UpdateProbe
+
+        engine.probe = UpdateProbe(params, cfg.run.update_stats_every, lars_eta=getattr(optimizer, "lars_eta", 0.0),
+                                   weight_decay=cfg.optim.weight_decay, eps=cfg.optim.lars_epsilon)
+    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled,
+                    test_loader=test_loader)
 
 
 def save_trained_onnx(t: Training) -> None:

@@ -233,6 +233,7 @@ def restore_state(t: Training, arrays: dict[str, np.ndarray], meta: dict[str, An
         if state:
             replica.load_state_dict(state)
     e.step = int(meta["engine_step"])
+    t.cpu_before = float(meta.get("cpu_s", 0.0))  # the run's CPU seconds up to this checkpoint
     t.loader.load_state(meta["loader"])
     if e.emulation is not None:  # 16.16 keeps its weights as float16 values (a checkpoint of another precision too)
         e.emulation.store_initial()

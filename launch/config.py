@@ -57,6 +57,8 @@ class DataConfig:
     cutmix_lambda: float = 0.0  # fraction of the image kept; 0 turns it off (recipe: 0.85)
     eval_micro_batch: int = 0  # 0: the training micro-batch
     cache: str = "auto"
+    validation_fraction: float = 0.0  # > 0: validation carved from the training images, the file's held-out split is the test split (data/split.py)
+    split_seed: int = 0  # which images the carve holds out
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "grad_accum", "replicas"):
@@ -66,6 +68,9 @@ class DataConfig:
             raise ValueError(f"data.cutmix_lambda={self.cutmix_lambda!r} must be in [0, 1) (0 turns cutmix off)")
         if self.mixup_alpha < 0.0:
             raise ValueError(f"data.mixup_alpha={self.mixup_alpha!r} must be >= 0 (0 turns mixup off)")
+        if not 0.0 <= self.validation_fraction < 1.0 or self.split_seed < 0:
+            raise ValueError(f"data.validation_fraction={self.validation_fraction!r} must be in [0, 1) and data.split_seed="
+                             f"{self.split_seed!r} >= 0 (0: evaluate on the file's validation split)")
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,8 @@ class RunConfig:
     keep_checkpoints: int = 2
     checksum_every: int = 50  # weight updates between cross-instance weight checksums; 0: never
     evaluate: bool = True
+    evaluate_test: bool = False  # at the end, the test split too (needs data.validation_fraction > 0)
+    update_stats_every: int = 0  # updates between per-group trust ratio / step / drift records (models.optim.probe); 0: off
     plots: bool = True
     progress_bar: bool = True
     gradient_dtype: str = "float64"  # the engine's flat gradient buffer (see ipu.runtime.engine.Engine)
@@ -186,7 +193,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.epochs > 0:
             raise ValueError(f"run.epochs={self.epochs!r} must be > 0")
-        for name in ("max_steps", "checkpoint_every", "checksum_every", "seed"):
+        for name in ("max_steps", "checkpoint_every", "checksum_every", "seed", "update_stats_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"run.{name}={getattr(self, name)!r} must be >= 0")
         if self.gradient_dtype not in ("float32", "float64"):

@@ -93,7 +93,8 @@ def _plain(value: Any) -> Any:
 
 
 def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Path]:
-    """``loss.png`` (training loss per update, validation loss per epoch) and ``accuracy.png``."""
+    """``loss.png`` (training loss per update, validation loss per epoch), ``accuracy.png``, and
+    ``update_stats.png`` when the run recorded update statistics (``run.update_stats_every``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +117,10 @@ def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Pat
         fig.savefig(path, dpi=100)
         plt.close(fig)
         out.append(path)
-    return out
+    from launch.update_stats_plot import plot_update_stats
+
+    stats = plot_update_stats({"": records}, Path(run_dir) / "update_stats.png", "update statistics per parameter group")
+    return out + ([stats] if stats else [])
 
 
 def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,

@@ -53,6 +53,7 @@ from launch.build import Training, build_training, check_model, save_trained_onn
 from launch.config import SECTIONS, load_config, override_keys
 from launch.config_keys import describe_keys
 from launch.distribute import distribute, placement
+from launch.instruments import finish_records, run_cpu_seconds, write_update_stats
 from launch.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, run_end_text
 from launch.thread_report import gather_thread_report, oversubscribed_hosts
 from models.optim.loss_scaling import NonFiniteLossError
@@ -233,6 +234,7 @@ def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm) -> 
                                    "sync_s": m.sync_s, "compute_s": m.compute_s, "model_s": m.model_s,
                                    "input_wait_s": wait})
                         bar.update(1)
+                write_update_stats(t, log)
                 if lead:
                     bar.set_postfix(loss=f"{m.loss:.3f}", acc=f"{m.accuracy:.3f}", lr=f"{m.lr:.3g}", refresh=False)
             loop.seconds += time.perf_counter() - begin
@@ -313,7 +315,7 @@ def _save(t: Training, log: MetricsLog | None) -> None:
     line so far (a resumed run starts after the checkpoint, so it writes the later ones again)."""
     if log is not None:
         log.flush()
-    arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0]})
+    arrays, meta = ckpt.capture_state(t, {"epoch": t.loader.position[0], "cpu_s": run_cpu_seconds(t)})
     popdist.execute_on_instances({0}, ckpt.save_checkpoint, t.cfg.run.run_dir, t.engine.step, arrays, meta,
                                  keep=t.cfg.run.keep_checkpoints)
     t.saved_step = t.engine.step
@@ -353,6 +355,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
                                      profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
     threads = gather_thread_report(t.engine.comm)  # collective
+    held_out = finish_records(t, log)  # collective: the test split
     phases = e.phase_seconds().seconds
     # collective: each instance's model and all-reduce seconds (the one that waits least is the slowest)
     per_instance = e.comm.allgather(np.array([phases["model"], phases["all_reduce"], loop.seconds]))
@@ -365,7 +368,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
                "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas,
                "instances": t.placement.num_instances,
-               "val_loss": val[0], "val_accuracy": val[1], "wall_s": seconds, "cpu_images_per_s": cpu,
+               "val_loss": val[0], "val_accuracy": val[1], **held_out, "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
                "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads,

@@ -144,6 +144,7 @@ class Engine:
         self.sync_seconds = 0.0
         self.times = PhaseTimes()  # the engine's phases; the replicas keep their own
         self._grads: tuple[int | None, np.ndarray | None] = (None, None)  # (generation, span of the model's gradients)
+        self.probe = None  # a models.optim.probe.UpdateProbe: per-group update statistics every few updates
 
     def phase_seconds(self) -> PhaseTimes:
         """Seconds per phase so far, the engine's and every local replica's together."""
@@ -270,7 +271,12 @@ class Engine:
         lr = self.schedule.lr_at(self.step)
         if not self.scaler.update(finite, step=self.step, loss=loss):
             return lr, False, scale
+        probe = self.probe if self.probe is not None and self.probe.due(self.step) else None
+        if probe is not None:
+            probe.before()
         self.optimizer.step(lr)
+        if probe is not None:
+            probe.after(self.step, lr)
         if self.emulation is not None:
             with self.times.measure("precision_emulation"):  # not the optimizer's: taken out below
                 self.emulation.store_update(self.step)
