@@ -46,15 +46,22 @@ def has_idx_files(folder: Path) -> bool:
 
 
 def fashion_mnist_path(full: bool = True, idx_dir: str | os.PathLike | None = None,
-                       cache_dir: str | os.PathLike | None = None) -> Path:
+                       cache_dir: str | os.PathLike | None = None, required: bool = False) -> Path:
     """The Fashion-MNIST file to train on.
 
     With ``full=True`` and the IDX files present in ``idx_dir`` (default
     ``$POPRUN_FASHION_MNIST_DIR`` or ``/usr/share/datasets/fashion-mnist``), returns the full set,
     converting it on first use to ``<cache_dir>/fashion-mnist-full.h5``. Otherwise returns the
-    shipped subset.
+    shipped subset, or, with ``required=True``, raises ``DatasetError`` saying how to get the full set.
     """
     folder = Path(idx_dir or os.environ.get("POPRUN_FASHION_MNIST_DIR", DEBIAN_DIR))
+    if full and required and not has_idx_files(folder):
+        from data.layout import DatasetError
+
+        raise DatasetError(f"the full Fashion-MNIST is not installed: {folder} lacks its four IDX files. Install Debian's "
+                           "package (`apt-get install dataset-fashion-mnist`), or set POPRUN_FASHION_MNIST_DIR to a folder "
+                           "holding train-images-idx3-ubyte[.gz] and the other three, or ask for the shipped subset "
+                           "explicitly (data: fashion-mnist-subset)")
     if not full or not has_idx_files(folder):
         if full:
             logger.info("Fashion-MNIST IDX files not found in %s; using the shipped subset %s.", folder, SHIPPED_SUBSET)

@@ -7,9 +7,12 @@
     poprun-study sgd-vs-adam lars-large-batch --docs docs/studies.md
 
 Every point of the grid is a real training run (``launch.study.point``) written as one JSON row
-to ``DIR/results.jsonl`` (default ``runs/studies/NAME``). Points already there are skipped, so a
-killed study continues where it stopped (a killed point resumes from its last epoch); a point
-that fails is recorded with its error and the study goes on (``--retry-failed`` runs those again).
+to ``DIR/results.jsonl`` (default ``runs/studies/NAME``). A point already there is reused when its
+row's provenance (git commit and uncommitted changes, the dataset's SHA-256, the resolved
+configuration: ``launch.study.provenance``) matches the point as it would train now, else it trains
+again (``--reuse-stale`` reuses it with a warning naming what differs). So a killed study continues
+where it stopped (a killed point resumes from its last epoch, its CPU seconds summed over both parts);
+a point that fails is recorded with its error and the study goes on (``--retry-failed`` runs those again).
 At the end: the trajectories picture and ``DIR/results.md`` with the pictures (``launch.study.report``).
 Under ``poprun_py`` every instance runs the same points; instance 0 decides and writes.
 """
@@ -23,6 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in launch.train: share
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -36,7 +40,8 @@ from launch.study import meta as study_meta, report as study_report
 from launch.study.grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
                                make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
 from launch.study.meta import RESULTS, portable, read_rows
-from launch.study.point import run_point
+from launch.study.point import point_config, run_point
+from launch.study.provenance import code_state, file_sha256, mismatches
 from launch.study.surface import make_trajectories
 from launch.study.trajectory import SNAPSHOTS_FILE
 
@@ -54,9 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--docs", default=None, metavar="FILE.md", help="write a document over the named studies' "
                    "results (pictures copied next to it); trains nothing")
     p.add_argument("--seeds", default=None, metavar="S,S,...",
-                   help="train only these of the study's seeds (e.g. 0: the first seed of every group first, "
-                   "the others in a later run that skips what is done)")
+                   help="train only these of the study's fresh seeds (the sweeps train in any case; the other seeds "
+                   "in a later run that skips what is done)")
     p.add_argument("--retry-failed", action="store_true", help="train the points recorded as failed again")
+    p.add_argument("--reuse-stale", action="store_true",
+                   help="reuse recorded points whose provenance (commit, data, config) differs from now, with a "
+                   "warning each, instead of training them again")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -84,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if dist.instance_index == 0:
                     print(study_report.write_report(study, out, read_rows(out)))
                 continue
-            run_study(study, out, popdist.get_comm(), dist, args.retry_failed, _command_line(argv))
+            run_study(study, out, popdist.get_comm(), dist, args.retry_failed, _command_line(argv), args.reuse_stale)
         return 0
     except ValueError as err:  # bad study file, names or values: the message says what to fix
         logger.error("%s", err)
@@ -92,16 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def only_seeds(study: Study, text: str) -> Study:
-    """The study restricted to the seeds in ``text`` (its first seed stays first: the sweeps use it)."""
+    """The study restricted to the fresh seeds in ``text`` (the sweeps train with the sweep seed in any case)."""
     try:
         wanted = {int(s) for s in text.split(",") if s.strip()}
     except ValueError:
-        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 0,1") from None
+        raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 1,2") from None
     unknown = sorted(wanted - set(study.seeds))
     if unknown or not wanted:
-        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has seeds {list(study.seeds)}")
-    if study.seeds[0] not in wanted:
-        raise ValueError(f"--seeds {text!r} must include the first seed {study.seeds[0]}: the sweeps train with it")
+        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has fresh seeds {list(study.seeds)} (the sweep "
+                         f"seed {study.sweep_seed} trains the sweeps in any case)")
     return replace(study, seeds=tuple(s for s in study.seeds if s in wanted))
 
 
@@ -136,14 +143,18 @@ def share(comm, value, lead: bool):
 class StudyRun:
     """The state of one study run: the rows so far, the chosen rates, progress and the time left."""
 
-    def __init__(self, study: Study, out: Path, comm, dist, retry_failed: bool) -> None:
+    def __init__(self, study: Study, out: Path, comm, dist, retry_failed: bool, reuse_stale: bool = False) -> None:
         self.study, self.out, self.comm, self.dist = study, out, comm, dist
         self.lead = dist.instance_index == 0
-        self.retry_failed = retry_failed
+        self.retry_failed, self.reuse_stale = retry_failed, reuse_stale
         self.rows: dict[str, dict] = {r["id"]: r for r in share(comm, read_rows(out) if self.lead else None, self.lead)}
         self.total = count_points(study)
         self.chosen: dict[str, float | None] = {}
         self.data_path = share(comm, study_meta.resolve_data(study) if self.lead else None, self.lead)
+        from data.sources import INSTALL_ROOT
+
+        self.provenance = share(comm, {"code": code_state(INSTALL_ROOT), "data_sha256": file_sha256(self.data_path)}
+                                if self.lead else None, self.lead)
 
     def run(self) -> None:
         for group in groups(self.study):
@@ -159,34 +170,51 @@ class StudyRun:
             self.chosen[group.key] = None
             return
         candidates = sweep_candidates(study, group, base_lr, base_batch)
-        seeds = study.seeds
         if rule.factors:
-            swept = [self.execute(make_point(study, group, lr, seeds[0], "sweep")) for lr in candidates]
+            swept = [self.execute(make_point(study, group, lr, study.sweep_seed, "sweep")) for lr in candidates]
             pick = choose_lr(swept)
             self.chosen[group.key] = pick[0] if pick else None
             self.keep_chosen_snapshots(swept, pick[0] if pick else None)
             if pick is None:
-                for seed in seeds[1:]:
+                for seed in study.seeds:
                     self.skip(make_point(study, group, candidates[0], seed, "seeds"), "every sweep candidate failed")
                 return
-            logger.info("%s: learning rate %.4g chosen from %s%s.", group.key, pick[0], candidates,
-                        " (at an end of the candidates)" if pick[1] else "")
-            lr, seeds = pick[0], seeds[1:]
+            logger.info("%s: learning rate %.4g chosen on the validation split from %s%s.", group.key, pick[0],
+                        candidates, " (at an end of the candidates)" if pick[1] else "")
+            lr = pick[0]
         else:
             lr = self.chosen[group.key] = candidates[0]
-        for seed in seeds:
+        for seed in study.seeds:  # fresh seeds: the reported runs, the test split evaluated at their end
             self.execute(make_point(study, group, lr, seed, "seeds"))
+
+    def expected(self, point: Point) -> dict:
+        """The provenance a row of ``point`` must carry to be reused: the code and data now, its configuration."""
+        cfg = point_config(self.study, point, self.data_path, self.out / "points" / point.id, self.dist,
+                           self.snapshots_for(point))
+        return {**self.provenance, "config": portable(json.loads(json.dumps(cfg.to_dict())))}
 
     def execute(self, point: Point) -> dict:
         row = self.rows.get(point.id)
-        if row is not None and not (self.retry_failed and row.get("status") == "failed"):
-            return row
         run_dir = self.out / "points" / point.id
+        if row is not None and not (self.retry_failed and row.get("status") == "failed"):
+            stale = mismatches(row, self.expected(point))
+            if not stale:
+                return row
+            if self.reuse_stale:
+                logger.warning("REUSING A STALE ROW (--reuse-stale): point %s differs from now in %s.", point.id,
+                               "; ".join(stale))
+                row = self.rows[point.id] = {**row, "stale": stale}
+                return row
+            logger.warning("Point %s trains again: its recorded row differs from now in %s.", point.id, "; ".join(stale))
+            if self.lead:
+                shutil.rmtree(run_dir, ignore_errors=True)  # no resuming from another version's checkpoints
+            self.comm.barrier()
         logger.info("Point %d/%d %s: %s at batch %d (micro %d x accumulation %d x %d replicas), lr %.4g, seed %d; "
                     "%d left after it, %s.", self.done() + 1, self.total, point.phase, point.group.arm.name,
                     point.group.batch, point.micro_batch, point.grad_accum, point.replicas, point.lr, point.seed,
                     self.total - self.done() - 1, _duration(self.eta_s(point)))
-        row = run_point(self.study, point, self.data_path, run_dir, self.comm, self.dist, self.snapshots_for(point))
+        row = run_point(self.study, point, self.data_path, run_dir, self.comm, self.dist, self.snapshots_for(point),
+                        self.provenance)
         row["load1"] = os.getloadavg()[0]
         return self.record(row)
 
@@ -194,7 +222,8 @@ class StudyRun:
         if point.id not in self.rows:
             self.record({"id": point.id, "study": self.study.name, "variant": point.group.variant.label,
                          "arm": point.group.arm.name, "batch": point.group.batch, "seed": point.seed, "lr": point.lr,
-                         "phase": point.phase, "status": "failed", "error": f"not run: {why}"})
+                         "phase": point.phase, "status": "failed", "error": f"not run: {why}",
+                         **self.provenance["code"], "data_sha256": self.provenance["data_sha256"]})
 
     def record(self, row: dict) -> dict:
         row = portable(share(self.comm, row, self.lead))
@@ -207,8 +236,10 @@ class StudyRun:
                     f.write(b"\n")  # a line torn by a kill stays a torn line of its own
                 f.write(json.dumps(row).encode() + b"\n")
             if row["status"] == "ok":
-                logger.info("  -> final validation accuracy %.4f, loss %.4f; %d updates; %.0f CPU s.",
-                            row["final_val_accuracy"], row["final_val_loss"], row["updates"], row["cpu_s"])
+                test = f", test accuracy {row['test_accuracy']:.4f}" if row.get("test_accuracy") is not None else ""
+                logger.info("  -> final validation accuracy %.4f, loss %.4f%s; %d updates; %.0f CPU s%s.",
+                            row["final_val_accuracy"], row["final_val_loss"], test, row["updates"], row["cpu_s"],
+                            " (resumed: both parts)" if row.get("resumed") else "")
             else:
                 logger.info("  -> failed: %s", row.get("error"))
         return row
@@ -250,17 +281,23 @@ class StudyRun:
         if not self.lead:
             return
         for row in swept:
-            path = Path(row.get("run_dir", "")) / SNAPSHOTS_FILE
+            path = self.out / row.get("run_dir", "-") / SNAPSHOTS_FILE
             if row["lr"] != lr and path.exists():
                 path.unlink()
 
 
-def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, command: str = "") -> Path | None:
+def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, command: str = "",
+              reuse_stale: bool = False) -> Path | None:
     """Train every missing point of ``study`` into ``out``, then the trajectories and the report."""
     lead = dist.instance_index == 0
     started = time.time()
     meta = study_meta.start_meta(study, out, command) if lead else None
-    state = StudyRun(study, out, comm, dist, retry_failed)
+    state = StudyRun(study, out, comm, dist, retry_failed, reuse_stale)
+    if lead:
+        meta["sessions"][-1].update(code=state.provenance["code"], data_sha256=state.provenance["data_sha256"],
+                                    split={"validation_fraction": study.validation_fraction,
+                                           "split_seed": study.split_seed, "sweep_seed": study.sweep_seed,
+                                           "seeds": list(study.seeds)})
     logger.info("Study %s: %d points (%d already recorded) in %s; data %s.", study.name, state.total, state.done(),
                 out, state.data_path)
     state.run()

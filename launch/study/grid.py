@@ -9,8 +9,10 @@ A study trains one base configuration (a name in ``launch/configs.yml``) over
 
 A *group* is one (variant, arm, batch); its learning rate is fixed, scaled from a base batch by a
 rule (``linear``, ``sqrt``), taken from another arm's chosen rate by such a rule (``from_arm``), or
-chosen by a sweep: every candidate trains with the first seed, the best final validation accuracy
-wins, and the other seeds train at the winner. Everything here is pure (no training, no files).
+chosen by a sweep: every candidate trains with the study's ``sweep_seed``, the best final accuracy on the
+validation split (carved from the training images: ``validation_fraction``, ``split_seed``) wins, and the
+winner trains again on the fresh ``seeds``, which alone make the reported results (their test split
+included). Everything here is pure (no training, no files).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from launch.study.claims import Claim, claim_from_dict
 
 STUDIES_FILE = Path(__file__).with_name("studies.yml")
 LR_MODES = ("fixed", "linear", "sqrt", "sweep")
@@ -88,11 +92,14 @@ class Study:
     target_accuracy: float
     pod: str
     reference_arm: str = ""
-    claim_arm: str = ""
-    claim_points: float = 0.5
+    claims: tuple[Claim, ...] = ()
     trajectory: TrajectorySpec | None = None
     reduced: str = ""
     quick: bool = False
+    sweep_seed: int = 0  # the seed every sweep candidate trains with; never one of ``seeds``
+    validation_fraction: float = 0.0  # of each class of the training images, held out for the choices
+    split_seed: int = 0
+    update_stats_every: int = 0  # run.update_stats_every of every point (models.optim.probe); 0: off
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -119,7 +126,7 @@ class Point:
     group: Group
     lr: float
     seed: int
-    phase: str  # sweep (a candidate, first seed) or seeds (the chosen or given rate)
+    phase: str  # sweep (a candidate, the sweep seed) or seeds (the chosen or given rate, a fresh seed)
     micro_batch: int
     grad_accum: int
     replicas: int
@@ -153,19 +160,20 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 _KEYS = {"title", "about", "base", "data", "set", "arms", "axes", "seeds", "replicas", "max_micro_batch",
-         "target_accuracy", "pod", "reference_arm", "claim", "trajectory", "reduced", "batches"}
+         "target_accuracy", "pod", "reference_arm", "claims", "trajectory", "reduced", "batches", "sweep_seed",
+         "validation_fraction", "split_seed", "update_stats_every"}
 
 
 def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "study") -> Study:
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown key {unknown[0]!r}; valid keys are {', '.join(sorted(_KEYS))}")
-    for key in ("base", "arms", "seeds", "target_accuracy"):
+    for key in ("base", "arms", "seeds", "target_accuracy", "validation_fraction"):
         if key not in raw:
             raise ValueError(f"{where}: {key!r} is required")
     batches = tuple(int(b) for b in raw.get("batches", ()))
     arms = tuple(_arm(k, v or {}, batches, f"{where}.arms.{k}") for k, v in raw["arms"].items())
-    claim = raw.get("claim") or {}
+    claims = tuple(claim_from_dict(c or {}, f"{where}.claims[{i}]") for i, c in enumerate(raw.get("claims") or []))
     traj = raw.get("trajectory")
     study = Study(
         name=name, title=str(raw.get("title", name)), about=str(raw.get("about", "")).strip(), base=str(raw["base"]),
@@ -173,9 +181,10 @@ def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "stu
         variants=variants_of(raw.get("axes") or {}, f"{where}.axes"), seeds=tuple(int(s) for s in raw["seeds"]),
         replicas=int(raw.get("replicas", 1)), max_micro_batch=int(raw.get("max_micro_batch", 64)),
         target_accuracy=float(raw["target_accuracy"]), pod=str(raw.get("pod", "POD16")),
-        reference_arm=str(raw.get("reference_arm", "")), claim_arm=str(claim.get("arm", "")),
-        claim_points=float(claim.get("within_points", 0.5)),
-        trajectory=TrajectorySpec(**traj) if traj else None, reduced=str(raw.get("reduced", "")).strip(), quick=quick)
+        reference_arm=str(raw.get("reference_arm", "")), claims=claims,
+        trajectory=TrajectorySpec(**traj) if traj else None, reduced=str(raw.get("reduced", "")).strip(), quick=quick,
+        sweep_seed=int(raw.get("sweep_seed", 0)), validation_fraction=float(raw["validation_fraction"]),
+        split_seed=int(raw.get("split_seed", 0)), update_stats_every=int(raw.get("update_stats_every", 0)))
     _check(study, where)
     return study
 
@@ -183,6 +192,12 @@ def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "stu
 def _check(study: Study, where: str) -> None:
     if not study.seeds:
         raise ValueError(f"{where}.seeds: give at least one seed")
+    if study.sweep_seed in study.seeds:
+        raise ValueError(f"{where}: sweep_seed {study.sweep_seed} is one of the seeds {list(study.seeds)}: the reported "
+                         "runs must be fresh seeds that took no part in choosing the rate")
+    if not 0.0 < study.validation_fraction < 1.0:
+        raise ValueError(f"{where}.validation_fraction={study.validation_fraction!r} must be in (0, 1): every choice is "
+                         "made on a validation split carved from the training images, the test split is reported")
     if study.replicas < 1 or study.max_micro_batch < 1:
         raise ValueError(f"{where}: replicas and max_micro_batch must be >= 1")
     names = [a.name for a in study.arms]
@@ -190,9 +205,15 @@ def _check(study: Study, where: str) -> None:
         if arm.lr.from_arm and arm.lr.from_arm not in names[: names.index(arm.name)]:
             raise ValueError(f"{where}.arms.{arm.name}.lr.from_arm={arm.lr.from_arm!r} must name an arm listed "
                              f"before it (one of {', '.join(names[: names.index(arm.name)]) or 'none'})")
-    for ref in (study.reference_arm, study.claim_arm, study.trajectory.arm if study.trajectory else ""):
+    for ref in (study.reference_arm, study.trajectory.arm if study.trajectory else ""):
         if ref and ref not in names:
             raise ValueError(f"{where}: arm {ref!r} is not one of {', '.join(names)}")
+    for i, claim in enumerate(study.claims):
+        for arm, batch in ((claim.arm, claim.batch), (claim.reference, claim.reference_batch)):
+            if arm not in names:
+                raise ValueError(f"{where}.claims[{i}]: arm {arm!r} is not one of {', '.join(names)}")
+            if batch and batch not in study.arm(arm).batches:
+                raise ValueError(f"{where}.claims[{i}]: arm {arm!r} has batches {list(study.arm(arm).batches)}, not {batch}")
 
 
 def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
@@ -308,9 +329,8 @@ def make_point(study: Study, group: Group, lr: float, seed: int, phase: str) -> 
 
 
 def points_in_group(study: Study, group: Group) -> int:
-    """How many runs the group makes (a sweep: every candidate once, then the other seeds)."""
-    factors = len(group.arm.lr.factors)
-    return factors + len(study.seeds) - 1 if factors else len(study.seeds)
+    """How many runs the group makes (a sweep: every candidate once with the sweep seed, then the fresh seeds)."""
+    return len(group.arm.lr.factors) + len(study.seeds)
 
 
 def count_points(study: Study) -> int:
@@ -318,7 +338,7 @@ def count_points(study: Study) -> int:
 
 
 def choose_lr(rows: list[dict]) -> tuple[float, bool] | None:
-    """The sweep's winner among its rows (one per candidate): the best final validation accuracy,
+    """The sweep's winner among its rows (one per candidate): the best final accuracy on the validation split,
     ties to the lower loss; and whether it sits at an end of the candidates (the sweep may be too
     narrow). None when every candidate failed."""
     ok = [r for r in rows if r.get("status") == "ok" and math.isfinite(r.get("final_val_accuracy", math.nan))]
@@ -336,7 +356,9 @@ def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) ->
             f"data.path={json.dumps(data_path)}", f"data.micro_batch={point.micro_batch}",
             f"data.grad_accum={point.grad_accum}", f"data.replicas={point.replicas}",
             f"schedule.base_lr={point.lr!r}", "schedule.lr_exponent=null", f"run.seed={point.seed}",
-            f"run.run_dir={json.dumps(run_dir)}", "run.plots=false", "run.progress_bar=false", "run.evaluate=true"]
+            f"run.run_dir={json.dumps(run_dir)}", "run.plots=false", "run.progress_bar=false", "run.evaluate=true",
+            f"data.validation_fraction={study.validation_fraction!r}", f"data.split_seed={study.split_seed}",
+            f"run.evaluate_test={json.dumps(point.phase == 'seeds')}", f"run.update_stats_every={study.update_stats_every}"]
 
 
 __all__ = ["Arm", "Group", "LrRule", "Point", "Study", "TrajectorySpec", "Variant", "choose_lr", "count_points",

@@ -17,13 +17,14 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREAD
 
 
 def resolve_data(study: Study) -> str:
-    """The dataset file of a study's ``data`` key: ``fashion-mnist`` is the full set where the Debian
-    package is installed (converted once into the cache), else the shipped subset; ``fashion-mnist-subset``
-    is the subset; anything else is a path. Empty: the base configuration's own ``data.path``."""
+    """The dataset file of a study's ``data`` key: ``fashion-mnist`` is the full set of Debian's package
+    (converted once into the cache; an error naming how to install it where it is missing, never the subset
+    in its place); ``fashion-mnist-subset`` is the shipped subset; anything else is a path. Empty: the base
+    configuration's own ``data.path``."""
     from data.sources import SHIPPED_SUBSET, fashion_mnist_path
 
     if study.data == "fashion-mnist":
-        return str(fashion_mnist_path(full=True))
+        return str(fashion_mnist_path(full=True, required=True))
     if study.data == "fashion-mnist-subset":
         return str(SHIPPED_SUBSET)
     if study.data:
@@ -57,12 +58,17 @@ def local_path(path: str) -> str:
     return dataset_path(os.path.expanduser(path))
 
 
-def data_description(path: str) -> dict:
-    from data.dataset import open_dataset
+def data_description(path: str, validation_fraction: float = 0.0, split_seed: int = 0) -> dict:
+    """The dataset's splits as the study trains on them (``data.split``): image counts of each."""
+    from data.split import open_split
 
-    train, val = open_dataset(path, "train").info, open_dataset(path, "validation").info
-    return {"path": path, "train_images": train.num_samples, "validation_images": val.num_samples,
-            "image_shape": list(train.image_shape), "classes": train.num_classes}
+    counts = {}
+    for split in ("train", "validation", "test") if validation_fraction else ("train", "validation"):
+        d = open_split(path, split, validation_fraction, split_seed)
+        counts[split], info = d.info.num_samples, d.info
+        d.close()
+    return {"path": path, "train_images": counts["train"], "validation_images": counts["validation"],
+            "test_images": counts.get("test", 0), "image_shape": list(info.image_shape), "classes": info.num_classes}
 
 
 def machine() -> dict:

@@ -1,8 +1,9 @@
-"""A study's pictures: validation curves per batch size (a panel per arm), final accuracy against the
-batch size, and time to the target accuracy against the batch size (CPU and predicted POD).
+"""A study's pictures: validation curves per batch size (a panel per arm), test accuracy against the
+batch size, time to the target accuracy against the batch size (CPU and predicted POD), and the update
+statistics (LARS trust ratio, effective step, drift per parameter group) of each arm's first fresh seed.
 
-Every line is the mean over a group's seeds at its chosen rate; bands and error bars are one
-standard deviation over seeds.
+Every line is the mean over a group's fresh seeds at its chosen rate; bands are one standard deviation
+over seeds, the test accuracy's error bars its 95 % t interval.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def plot_curves(study: Study, summaries, variant, path: Path) -> Path:
 
 
 def plot_final_accuracy(study: Study, summaries, path: Path, variants) -> Path:
-    """Final validation accuracy against the global batch size, one line per arm, a panel per variant."""
+    """Test accuracy (mean and 95 % interval over the fresh seeds) against the global batch size, one line
+    per arm, a panel per variant."""
     plt = _plt()
     fig, axes = plt.subplots(1, len(variants), figsize=(5.5 * len(variants), 4.2), squeeze=False, sharey=True)
     for ax, variant in zip(axes[0], variants):
@@ -89,17 +91,17 @@ def plot_final_accuracy(study: Study, summaries, path: Path, variants) -> Path:
             if not mine:
                 continue
             x = [s.group.batch for s in mine]
-            y = [100 * s.mean("final_val_accuracy") for s in mine]
-            err = [100 * s.std("final_val_accuracy") if math.isfinite(s.std("final_val_accuracy")) else 0.0
-                   for s in mine]
+            intervals = [s.interval("test_accuracy") for s in mine]
+            y = [100 * c.mean for c in intervals]
+            err = [100 * c.half_width if math.isfinite(c.half_width) else 0.0 for c in intervals]
             ax.errorbar(x, y, yerr=err, marker="os^dv<>"[i % 7], capsize=3, label=arm.label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("global batch size")
         ax.set_title(variant.label, fontsize=9)
         ax.grid(alpha=0.3)
         _legend(ax, 8)
-    axes[0][0].set_ylabel("final validation accuracy %")
-    return _save(fig, path, f"{study.title}: final accuracy against batch size")
+    axes[0][0].set_ylabel("test accuracy % (95 % interval over the fresh seeds)")
+    return _save(fig, path, f"{study.title}: test accuracy against batch size")
 
 
 def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
@@ -134,10 +136,17 @@ def plot_time_to_target(study: Study, summaries, path: Path) -> Path:
 
 def plot_all(study: Study, summaries, out: Path) -> list[Path]:
     """Every picture of the study into ``out`` (variants without a finished run get none); their paths."""
+    (out / "update_stats.png").unlink(missing_ok=True)
     for old in out.glob("curves-*.png"):
         old.unlink()
     measured = [v for v in study.variants if any(s.rows for s in summaries if s.group.variant == v)]
     paths = [plot_curves(study, summaries, v, out / f"curves-{slug(v.label)}.png") for v in measured]
     paths.append(plot_final_accuracy(study, summaries, out / "final_accuracy.png", measured or study.variants[:1]))
     paths.append(plot_time_to_target(study, summaries, out / "time_to_target.png"))
-    return paths
+    from launch.update_stats_plot import plot_update_stats
+
+    runs = {f"{s.group.arm.label}, batch {s.group.batch}, lr {s.lr:.3g}, seed {s.rows[0]['seed']}": s.rows[0]["update_stats"]
+            for s in summaries if s.group.variant == study.variants[0] and s.rows and s.rows[0].get("update_stats")}
+    stats = plot_update_stats(runs, out / "update_stats.png", f"{study.title}: what each update does to the weights "
+                              f"({study.variants[0].label}; first fresh seed of each chosen arm)")
+    return paths + ([stats] if stats else [])

@@ -2,9 +2,12 @@
 
 The run is ``launch.build.build_training`` + ``launch.train.run`` on the point's configuration,
 with its own ``run_dir`` (``metrics.jsonl``, checkpoints at every epoch end, so a killed point
-resumes from its last epoch). The row holds the configuration, the validation curve, final and
-best accuracy and loss, updates and epochs to the target accuracy, CPU seconds, and the time the
-IPU cost model predicts for the same global batch on the study's POD. Failures become rows too.
+resumes from its last epoch). The row holds its provenance (``launch.study.provenance``: commit, data
+hash, resolved configuration) and its folder relative to the study's, the validation curve, final and
+best accuracy and loss, the test split's accuracy and loss (fresh-seed points), updates and epochs to the
+target accuracy, CPU seconds (a resumed point: both parts, flagged), the update statistics when the study
+records them, and the time the IPU cost model predicts for the same global batch on the study's POD.
+Failures become rows too.
 """
 
 from __future__ import annotations
@@ -43,12 +46,15 @@ def point_config(study: Study, point: Point, data_path: str, run_dir: Path, dist
     return cfg
 
 
-def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, dist, snapshots: int = 0) -> dict:
-    """Train the point (resuming a killed attempt) and return its row; errors are caught into the row."""
-    row = _base_row(study, point, run_dir)
+def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, dist, snapshots: int = 0,
+              provenance: dict | None = None) -> dict:
+    """Train the point (resuming a killed attempt) and return its row; errors are caught into the row.
+    ``provenance``: the code state and the data hash (``launch.study.provenance``) the row records."""
+    row = _base_row(study, point, provenance or {})
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         cfg = point_config(study, point, data_path, run_dir, dist, snapshots)
+        row["config"] = json.loads(json.dumps(cfg.to_dict()))
         decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how="auto")
         t = build_training(cfg, comm, placement(cfg, dist))
         t.run_id = decision.run_id
@@ -58,15 +64,17 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
         resumed = train_cmd._resume(t, decision)
         if dist.instance_index == 0:
             rundir.record_identity(decision, cfg.to_dict(), t.engine.params)
-        row["resumed_from_update"] = t.engine.step if resumed else 0
+        row.update(resumed=resumed, resumed_from_update=t.engine.step if resumed else 0)
         initial = _flat_weights(t) if snapshots and not resumed else None
         with _output_to(run_dir / "train.log", dist.instance_index == 0):
             code = train_cmd.run(t, resumed)
         if code:
             raise RuntimeError(f"launch.train.run exited with {code}")
         cpu = float(comm.allreduce(np.array([time.process_time() - cpu0]), op="sum")[0])
+        if resumed:  # the earlier part's CPU seconds, up to the checkpoint this part resumed from
+            row["cpu_s_parts"] = [t.cpu_before, cpu]
         if dist.instance_index == 0:
-            row.update(summarise(study, cfg, t, cpu, time.perf_counter() - wall0))
+            row.update(summarise(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
             if snapshots:
                 save_snapshots(run_dir, initial, _checkpoint_weights(run_dir))
         _drop_checkpoints(run_dir, dist.instance_index == 0)
@@ -79,17 +87,20 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
     return row
 
 
-def _base_row(study: Study, point: Point, run_dir: Path) -> dict[str, Any]:
+def _base_row(study: Study, point: Point, provenance: dict) -> dict[str, Any]:
     g = point.group
     return {"id": point.id, "study": study.name, "quick": study.quick, "variant": g.variant.label, "arm": g.arm.name,
             "batch": g.batch, "seed": point.seed, "lr": point.lr, "lr_mode": g.arm.lr.mode, "phase": point.phase,
             "micro_batch": point.micro_batch, "grad_accum": point.grad_accum, "replicas": point.replicas,
-            "run_dir": str(run_dir), "status": "ok", "target_accuracy": study.target_accuracy}
+            "run_dir": f"points/{point.id}", "status": "ok", "target_accuracy": study.target_accuracy,
+            "validation_fraction": study.validation_fraction, "split_seed": study.split_seed,
+            **provenance.get("code", {}), "data_sha256": provenance.get("data_sha256", "")}
 
 
-def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float) -> dict[str, Any]:
+def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float, phase: str = "seeds") -> dict[str, Any]:
     """The row's numbers from the run's ``metrics.jsonl`` and the cost model."""
     records = [json.loads(x) for x in Path(cfg.run.run_dir, "metrics.jsonl").read_text().splitlines() if x.strip()]
+    records = records[_last_start(records):]
     curve = epoch_curve(records)
     if not curve:
         raise RuntimeError(f"{cfg.run.run_dir}/metrics.jsonl has no evaluation: the run ended before an epoch did")
@@ -103,8 +114,11 @@ def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float) ->
         "train_images": info.num_samples, "final_val_accuracy": final["val_accuracy"],
         "final_val_loss": final["val_loss"], "best_val_accuracy": best["val_accuracy"],
         "best_val_loss": min(c["val_loss"] for c in curve), "cpu_s": cpu_s, "wall_s": wall_s, "curve": curve,
-        "instances": t.placement.num_instances, "config": cfg.to_dict(),
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        "instances": t.placement.num_instances, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    test = next((r for r in reversed(records) if r.get("event") == "test"), None)
+    if test is not None:
+        row.update(test_accuracy=test["test_accuracy"], test_loss=test["test_loss"], test_images=test["test_samples"])
+    row.update(update_statistics(records, keep_series=phase == "seeds"))
     if pod is not None:
         step_s, pod_replicas, pod_micro, pod_accum = pod
         row.update(pod=study.pod, pod_replicas=pod_replicas, pod_micro_batch=pod_micro, pod_grad_accum=pod_accum,
@@ -122,6 +136,31 @@ def to_target(row: dict, target: float) -> dict[str, Any]:
             "epochs_to_target": round(hit.get("epochs_done", hit["epoch"]), 4) if hit else None,
             "cpu_s_to_target": row["cpu_s"] * step / row["updates"] if hit else None,
             "pod_s_to_target": row["pod_step_s"] * step if hit and row.get("pod_step_s") else None}
+
+
+def _last_start(records: list[dict]) -> int:
+    """Index of the first record of the run's latest start from update 0 (a re-run in a reused folder)."""
+    starts = [i for i, r in enumerate(records) if r.get("event") == "step" and int(r["step"]) == 0]
+    return starts[-1] if starts else 0
+
+
+SERIES_POINTS = 48  # update_stats records kept in a row (evenly spaced): the picture, not the analysis
+
+
+def update_statistics(records: list[dict], keep_series: bool) -> dict[str, Any]:
+    """The run's weight drift per group, and (``keep_series``) up to :data:`SERIES_POINTS` of its
+    ``update_stats`` records, values to 4 significant digits; empty when the run recorded none."""
+    drift = next((r for r in reversed(records) if r.get("event") == "weight_drift"), None)
+    if drift is None:
+        return {}
+    out: dict[str, Any] = {"weight_drift": {g: float(f"{v:.4g}") for g, v in drift["groups"].items()}}
+    stats = [r for r in records if r.get("event") == "update_stats"]
+    if keep_series and stats:
+        picks = sorted({int(round(i)) for i in np.linspace(0, len(stats) - 1, min(SERIES_POINTS, len(stats)))})
+        out["update_stats"] = [{"event": "update_stats", "step": stats[i]["step"],
+                                "groups": {g: {k: float(f"{v:.4g}") for k, v in s.items() if v is not None and math.isfinite(v)}
+                                           for g, s in stats[i]["groups"].items()}} for i in picks]
+    return out
 
 
 def epoch_curve(records: list[dict]) -> list[dict[str, float]]:

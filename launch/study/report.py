@@ -1,9 +1,12 @@
-"""A study's results: per-group means over seeds, ``results.md``, the pictures, and ``docs/studies.md``.
+"""A study's results: per-group intervals over seeds, the claims' verdicts, ``results.md``, the pictures,
+and ``docs/studies.md``.
 
-Only the rows at each group's chosen learning rate count as results (a sweep's other candidates
-appear in the sweep table). Means and standard deviations are over seeds (sample standard
-deviation, n - 1); a run that never reached the target accuracy is left out of the time-to-target
-means, and the tables say how many of the seeds reached it.
+Only the fresh-seed rows at each group's chosen learning rate count as results: the sweep's runs (the
+sweep seed, every candidate, the validation split) appear in the sweep table only. Each result is a mean,
+a sample standard deviation (n - 1) and a 95 % t interval over the n fresh seeds (``launch.study.stats``);
+a claim's verdict is one of holds, refuted, undecided (``launch.study.claims``). Validation columns are the
+split carved from the training images, test columns the file's held-out split. A run that never reached
+the target accuracy is left out of the time-to-target means, and the tables say how many seeds reached it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from launch.study import plots as study_plots
+from launch.study.claims import Claim, decide
 from launch.study.grid import Group, Study, choose_lr, groups, scaling_source, sweep_candidates
+from launch.study.stats import Interval, difference_interval, mean_interval
 from launch.study.meta import META, RESULTS, data_description, local_path, portable, read_meta, read_rows
 from launch.study.point import to_target
 from launch.study.surface import PICTURE, redraw
@@ -45,6 +50,9 @@ class Summary:
         v = self.values(key)
         return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
 
+    def interval(self, key: str) -> Interval:
+        return mean_interval(self.values(key))
+
     @property
     def reached(self) -> int:
         return len(self.values("updates_to_target"))
@@ -62,9 +70,10 @@ def summarise(study: Study, rows: list[dict]) -> list[Summary]:
         mine = [r for r in rows if r["id"].startswith(g.key + "/")]
         lr, note = _chosen(study, g, mine, chosen)
         chosen[g.key] = lr
-        ok = tuple(sorted((r for r in mine if r.get("status") == "ok" and r["lr"] == lr), key=lambda r: r["seed"]))
-        # failures at the chosen rate; a sweep candidate that failed shows in the sweep table
-        out.append(Summary(g, lr, note, ok, sum(1 for r in mine if r.get("status") != "ok" and r.get("lr") == lr)))
+        fresh = [r for r in mine if r.get("phase") == "seeds" and r.get("lr") == lr and r.get("seed") in study.seeds]
+        ok = tuple(sorted((r for r in fresh if r.get("status") == "ok"), key=lambda r: r["seed"]))
+        # failures among the fresh seeds; a sweep candidate that failed shows in the sweep table
+        out.append(Summary(g, lr, note, ok, sum(1 for r in fresh if r.get("status") != "ok")))
     return out
 
 
@@ -113,12 +122,23 @@ def _reference(study: Study, summaries: list[Summary], s: Summary) -> Summary | 
     return next((r for r in same if r.group.batch == s.group.batch), same[0] if same else None)
 
 
+def interval_text(i: Interval, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
+    """``mean ± sd [low, high]`` (the interval only from two values on)."""
+    if not math.isfinite(i.mean):
+        return "-"
+    sign = "+" if signed else ""
+    text = f"{scale * i.mean:{sign}.{digits}f}"
+    if math.isfinite(i.sd):
+        text += f" ± {scale * i.sd:.{digits}f} [{scale * i.low:{sign}.{digits}f}, {scale * i.high:{sign}.{digits}f}]"
+    return text
+
+
 def results_table(study: Study, summaries: list[Summary], variant) -> list[str]:
     ref = study.arm(study.reference_arm).label if study.reference_arm else ""
-    lines = [f"| arm | batch | micro x accum x replicas | lr | seeds | final val acc % | best val acc % | "
-             f"final val loss |{f' Δ vs {ref} (points) |' if ref else ''} reached {100 * study.target_accuracy:.0f} % "
-             f"| epochs to target | updates to target | CPU s per run | CPU s to target | {study.pod} s to target "
-             f"(predicted) |",
+    lines = [f"| arm | batch | micro x accum x replicas | lr (how chosen) | fresh seeds n | validation acc % | "
+             f"test acc % |{f' Δ test vs {ref} (points) |' if ref else ''} reached {100 * study.target_accuracy:.0f} % "
+             f"(validation) | epochs to target | updates to target | CPU s per run | CPU s to target | {study.pod} s to "
+             "target (predicted) |",
              "|" + " --- |" * (14 + bool(ref))]
     for s in (x for x in summaries if x.group.variant == variant):
         r0 = s.rows[0] if s.rows else {}
@@ -126,50 +146,58 @@ def results_table(study: Study, summaries: list[Summary], variant) -> list[str]:
         delta = ""
         if ref:
             other = _reference(study, summaries, s)
-            d = s.mean("final_val_accuracy") - other.mean("final_val_accuracy") if other else math.nan
-            delta = f" {'-' if not math.isfinite(d) else f'{100 * d:+.2f}'} |"
+            d = difference_interval(s.values("test_accuracy"), other.values("test_accuracy")) if other else None
+            delta = f" {interval_text(d, signed=True) if d else '-'} |"
         lines.append(
             f"| {s.group.arm.label} | {s.group.batch} | {split} | {f'{s.lr:.4g}' if s.lr else '-'} ({s.lr_note}) | "
-            f"{len(s.rows)}{f' ({s.failed} failed)' if s.failed else ''} | {pm(s, 'final_val_accuracy')} | "
-            f"{pm(s, 'best_val_accuracy')} | {pm(s, 'final_val_loss', 1.0, 4)} |{delta} {s.reached}/{len(s.rows)} | "
+            f"{len(s.rows)}{f' ({s.failed} failed)' if s.failed else ''} | {interval_text(s.interval('final_val_accuracy'))} | "
+            f"{interval_text(s.interval('test_accuracy'))} |{delta} {s.reached}/{len(s.rows)} | "
             f"{_num(s.mean('epochs_to_target'), 1)} | {_num(s.mean('updates_to_target'))} | {_num(s.mean('cpu_s'))} | "
             f"{_num(s.mean('cpu_s_to_target'))} | {_num(s.mean('pod_s_to_target'), 3)} |")
     return lines
 
 
+def claim_verdicts(study: Study, summaries: list[Summary], variant) -> list[tuple[Claim, Interval | None, str]]:
+    """(claim, interval of its difference or None, verdict) for every claim of the study in ``variant``."""
+    out = []
+    for claim in study.claims:
+        a, b = (_find(summaries, variant, arm, batch) for arm, batch in
+                ((claim.arm, claim.batch), (claim.reference, claim.reference_batch)))
+        if a is None or b is None or not a.rows or not b.rows:
+            out.append((claim, None, "undecided"))
+            continue
+        d = difference_interval(a.values(claim.metric), b.values(claim.metric))
+        out.append((claim, d, decide(claim, d)))
+    return out
+
+
+def _find(summaries: list[Summary], variant, arm: str, batch: int) -> Summary | None:
+    mine = [s for s in summaries if s.group.variant == variant and s.group.arm.name == arm]
+    return next((s for s in mine if s.group.batch == batch), None) if batch else (mine[0] if mine else None)
+
+
 def claim_lines(study: Study, summaries: list[Summary], variant) -> list[str]:
-    """The verdict on "claim arm within N points of the reference while the others fall further behind"."""
-    if not (study.claim_arm and study.reference_arm):
-        return []
-    mine = [s for s in summaries if s.group.variant == variant]
-    ref = next((s for s in mine if s.group.arm.name == study.reference_arm), None)
-    claim = next((s for s in mine if s.group.arm.name == study.claim_arm), None)
-    if ref is None or claim is None or not ref.rows or not claim.rows:
-        return ["Claim: not measured (missing runs)."]
-    base = ref.mean("final_val_accuracy")
-    gap = {s.group.arm.label: s.mean("final_val_accuracy") - base for s in mine if s is not ref and s.rows}
-    name = claim.group.arm.label
-    within = gap[name] >= -study.claim_points / 100
-    missing = [s.group.arm.label for s in mine if s is not ref and s is not claim and not s.rows]
-    behind = all(gap[k] < gap[name] for k in gap if k != name)
-    if not within:
-        verdict = "does not hold"
-    elif missing:
-        verdict = "is not decided (" + ", ".join(missing) + " not measured)"
-    else:
-        verdict = "holds" if behind else "does not hold"
-    gaps = ", ".join(f"{k} {100 * v:+.2f}" for k, v in gap.items())
-    seeds = min(len(ref.rows), len(claim.rows))
-    return [f"Claim ({name} at batch {claim.group.batch} within {study.claim_points:g} points of "
-            f"{ref.group.arm.label} at batch {ref.group.batch}, the others further behind): gaps to the reference "
-            f"{gaps} points; within: {'yes' if within else 'no'}; the others measured further behind: "
-            f"{'yes' if behind else 'no'} -> **{verdict}** under this schedule (means over {seeds} "
-            f"seed{'s' if seeds != 1 else ''}; compare the gaps with the seeds' standard deviations)."]
+    """One line per claim: what it says, its region, the interval of the difference and the verdict."""
+    lines = []
+    for claim, d, verdict in claim_verdicts(study, summaries, variant):
+        a, b = _find(summaries, variant, claim.arm, claim.batch), _find(summaries, variant, claim.reference,
+                                                                           claim.reference_batch)
+        split = "test" if claim.metric == "test_accuracy" else "validation"
+        what = (f"d = {study.arm(claim.arm).label} (batch {a.group.batch if a else '?'}) - "
+                f"{study.arm(claim.reference).label} (batch {b.group.batch if b else '?'}), {split} accuracy")
+        if d is None or not math.isfinite(d.low):
+            measured = "not measured (missing runs, or fewer than two seeds on a side)"
+        else:
+            measured = (f"{100 * d.mean:+.2f} points, 95 % interval [{100 * d.low:+.2f}, {100 * d.high:+.2f}] "
+                        f"(Welch, {len(a.rows)} and {len(b.rows)} seeds)")
+        lines.append(f"- Claim{': ' + claim.says if claim.says else ''} ({what}; claimed {claim.region()}): {measured} "
+                     f"-> **{verdict}**.")
+    return lines
 
 
 def sweep_table(study: Study, rows: list[dict]) -> list[str]:
-    lines = ["| variant | arm | batch | candidates: final val acc % (seed "
-             f"{study.seeds[0]}) | chosen |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| variant | arm | batch | candidates: final validation acc % (sweep seed "
+             f"{study.sweep_seed}) | chosen |", "| --- | --- | --- | --- | --- |"]
     for g in groups(study):
         if not g.arm.lr.factors:
             continue
@@ -187,11 +215,14 @@ def sweep_table(study: Study, rows: list[dict]) -> list[str]:
 
 
 def points_table(study: Study, rows: list[dict]) -> list[str]:
-    lines = [f"| point | final val acc % | best val acc % | updates | updates to target | epochs to target | "
-             f"CPU s | CPU s to target | {study.pod} step ms (predicted) | {study.pod} s to target (predicted) |",
-             "|" + " --- |" * 10]
+    lines = [f"| point | phase | final validation acc % | best validation acc % | test acc % | updates | updates to "
+             f"target | epochs to target | CPU s | CPU s to target | {study.pod} step ms (predicted) | {study.pod} s to "
+             "target (predicted) |", "|" + " --- |" * 12]
     for r in sorted((r for r in retarget(study, rows) if r.get("status") == "ok"), key=lambda r: r["id"]):
-        lines.append(f"| {r['id']} | {pct(r['final_val_accuracy'])} | {pct(r['best_val_accuracy'])} | "
+        flags = (" (resumed)" if r.get("resumed") else "") + (" (stale, reused)" if r.get("stale") else "")
+        test = pct(r["test_accuracy"]) if r.get("test_accuracy") is not None else "-"
+        lines.append(f"| {r['id']}{flags} | {r.get('phase', '-')} | {pct(r['final_val_accuracy'])} | "
+                     f"{pct(r['best_val_accuracy'])} | {test} | "
                      f"{r['updates']} | {r['updates_to_target'] or '-'} | {r['epochs_to_target'] or '-'} | "
                      f"{_num(r['cpu_s'])} | {_num(r.get('cpu_s_to_target') or math.nan)} | "
                      f"{_num(1000 * r['pod_step_s'], 3) if r.get('pod_step_s') else '-'} | "
@@ -218,14 +249,18 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
         text += ["", f"{h}# {variant.label}" if len(study.variants) > 1 else f"{h}# Results", ""]
         text += results_table(study, summaries, variant)
         claim = claim_lines(study, summaries, variant)
-        text += ["", *claim] if claim else []
+        text += ["", "Claims (decided in advance in launch/study/studies.yml; the verdict from the 95 % interval of "
+                 "the difference: holds when it lies inside the claimed region, refuted when outside, else "
+                 "undecided):", "", *claim] if claim else []
     if notes:
         text += ["", notes.strip()]
     sweep = sweep_table(study, rows)
     if sweep:
-        text += ["", f"{h}# Learning-rate sweeps", "", "Each candidate trained once (first seed); the best final "
-                 "validation accuracy was chosen and the other seeds trained at it. The choice is made on the "
-                 "validation set the tables report, so the chosen rows are slightly optimistic.", "", *sweep]
+        text += ["", f"{h}# Learning-rate sweeps", "", f"Each candidate trained once with the sweep seed "
+                 f"{study.sweep_seed}; the best final accuracy on the validation split (carved from the training "
+                 "images) was chosen, and the chosen rate trained again on the fresh seeds "
+                 f"{', '.join(map(str, study.seeds))}, which alone make the results above (the sweep's runs are not "
+                 "in their means, and their test split is never evaluated).", "", *sweep]
     pictures = [(name, link) for name, link in images.items()]
     if pictures:
         text += ["", f"{h}# Pictures", ""] + [f"![{name}]({link})" for name, link in pictures]
@@ -238,17 +273,22 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
 
 def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int) -> list[str]:
     path = next((local_path(r["config"]["data"]["path"]) for r in rows if r.get("config")), "")
-    data = data_description(path) if path and Path(path).exists() else {}
+    data = data_description(path, study.validation_fraction, study.split_seed) if path and Path(path).exists() else {}
     sessions = meta.get("sessions", [])
     lines = [f"- Runs: {ok} finished, {len(rows) - ok} failed; grid: {len(study.variants)} variant(s), arms "
              + ", ".join(f"{a.label} (batches {', '.join(map(str, a.batches))}; lr {a.lr.mode})" for a in study.arms)
-             + f"; seeds {', '.join(map(str, study.seeds))}; base config `{study.base}`.",
+             + f"; sweeps with seed {study.sweep_seed}, results over the fresh seeds {', '.join(map(str, study.seeds))} "
+             f"(n = {len(study.seeds)}); base config `{study.base}`.",
              f"- Target accuracy for the time-to-target columns: {100 * study.target_accuracy:.0f} % (checked at each "
              "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target "
              "is the run's CPU seconds pro rata by updates)."]
     if data:
-        lines.append(f"- Data: `{_shown_path(data['path'])}`: {data['train_images']:,} training and {data['validation_images']:,} "
-                     f"validation images {tuple(data['image_shape'])}, {data['classes']} classes.")
+        lines.append(f"- Data: `{_shown_path(data['path'])}` ({data['classes']} classes, images "
+                     f"{tuple(data['image_shape'])}): {data['train_images']:,} training images; validation: "
+                     f"{data['validation_images']:,} carved from the file's training images ({study.validation_fraction:g} "
+                     f"of each class, split seed {study.split_seed}), every choice made on it; test: the file's "
+                     f"{data['test_images']:,} held-out images, evaluated once at the end of the fresh-seed runs only.")
+    lines += provenance_lines(rows)
     lines.append(f"- CPU time: {cpu:,.0f} s ({cpu / 3600:.2f} h) over all runs (process CPU seconds, all threads).")
     for s in sessions:
         m = s.get("machine", {})
@@ -263,6 +303,24 @@ def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int
                      f"{max(loads):.1f}: the cores were shared, so CPU seconds are noisier than usual.")
     if study.reduced:
         lines.append(f"- Reduced from the full design: {study.reduced}")
+    return lines
+
+
+def provenance_lines(rows: list[dict]) -> list[str]:
+    """The code and data the rows came from, and the rows that are resumed or reused stale."""
+    commits = sorted({(r.get("commit", "none recorded"), bool(r.get("dirty"))) for r in rows})
+    hashes = sorted({r.get("data_sha256") or "none recorded" for r in rows})
+    lines = ["- Provenance: commit " + ", ".join(f"`{c[:12]}`" + (" with uncommitted changes" if d else "")
+                                               for c, d in commits)
+             + "; data SHA-256 " + ", ".join(f"`{h[:16]}`" for h in hashes) + "."]
+    resumed = [r["id"] for r in rows if r.get("resumed")]
+    if resumed:
+        lines.append(f"- Resumed after a kill ({len(resumed)}; CPU seconds summed over both parts): "
+                     + ", ".join(f"`{i}`" for i in resumed) + ".")
+    stale = [r for r in rows if r.get("stale")]
+    if stale:
+        lines.append("- Reused with stale provenance (--reuse-stale): " + "; ".join(
+            f"`{r['id']}` ({', '.join(r['stale'])})" for r in stale) + ".")
     return lines
 
 

@@ -26,27 +26,27 @@ SURFACE = "trajectories.npz"
 PICTURE = "trajectories.png"
 
 
-def trajectory_runs(study: Study, rows: list[dict], chosen: dict) -> list[dict]:
+def trajectory_runs(study: Study, rows: list[dict], chosen: dict, out: Path) -> list[dict]:
     """The rows whose snapshots make the picture, one per batch size, in batch order."""
     spec = study.trajectory
     arm, variant = study.arm(spec.arm), study.variants[0]
-    out = []
+    found = []
     for batch in arm.batches:
         lr = chosen.get(Group(variant, arm, batch).key)
         for r in rows:
             if (r.get("status") == "ok" and r["arm"] == arm.name and r["variant"] == variant.label
                     and r["batch"] == batch and r["seed"] == spec.seed and r["lr"] == lr
-                    and (Path(r["run_dir"]) / SNAPSHOTS_FILE).exists()):
-                out.append(r)
+                    and (out / r["run_dir"] / SNAPSHOTS_FILE).exists()):
+                found.append(r)
                 break
-    return out
+    return found
 
 
 def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, comm, dist,
                       data_path: str) -> Path | None:
     """Compute the plane, the loss grid and the picture; returns the picture's path (instance 0)."""
     lead = dist.instance_index == 0
-    runs = trajectory_runs(study, rows, chosen) if lead else []
+    runs = trajectory_runs(study, rows, chosen, out) if lead else []
     count = int(comm.broadcast(np.array([len(runs)], np.int64), root=0)[0])
     if count < 1:
         logger.warning("No trajectory snapshots of arm %r: no trajectories picture.", study.trajectory.arm)
@@ -69,7 +69,7 @@ def make_trajectories(study: Study, out: Path, rows: list[dict], chosen: dict, c
     basis = np.zeros((3, size), np.float64)
     coords, plane = [], None
     if lead:
-        snaps = [load_snapshots(r["run_dir"])[1] for r in runs]
+        snaps = [load_snapshots(out / r["run_dir"])[1] for r in runs]
         plane = pca_plane(snaps)
         coords = [plane.project(s) for s in snaps]
         basis[0], basis[1:] = plane.origin, plane.directions
