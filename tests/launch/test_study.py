@@ -1,6 +1,7 @@
 """``poprun-study`` end to end on the quick variants: every file and picture is made, the
-tables hold the runs' numbers, finished points are skipped, a killed study continues, a failing point
-is recorded, and a study under ``poprun_py`` (2 instances) gives the single-process numbers."""
+tables hold the fresh seeds' numbers (not the sweep's), finished points are skipped while their provenance
+matches and trained again when it does not, a killed study continues, a failing point is recorded, a claim
+built to be undecided is, and a study under ``poprun_py`` (2 instances) gives the single-process numbers."""
 
 from __future__ import annotations
 
@@ -70,18 +71,23 @@ def test_rows_hold_no_absolute_path_of_the_machine(quick1):
         assert not any(s in shipped.read_text() for s in ("/work/", "/home/", "/tmp/", "/root/")), shipped
 
 
-def test_tables_hold_the_runs_numbers(quick1):
+def test_tables_hold_the_fresh_seeds_numbers(quick1):
+    from launch.study.stats import mean_interval
+
     study = load_study("sgd-vs-adam", quick=True)
     rows = read_rows(quick1)
     md = (quick1 / "results.md").read_text()
     for arm in study.arms:
         for batch in arm.batches:
             mine = [r for r in rows if r["arm"] == arm.name and r["batch"] == batch]
-            chosen = next(r["lr"] for r in mine if r["phase"] == "seeds")
-            acc = [r["final_val_accuracy"] for r in mine if r["lr"] == chosen]
-            assert len(acc) == len(study.seeds)
+            fresh = [r for r in mine if r["phase"] == "seeds"]
+            assert sorted(r["seed"] for r in fresh) == list(study.seeds) and len({r["lr"] for r in fresh}) == 1
+            assert all("test_accuracy" not in r for r in mine if r["phase"] == "sweep")  # the test split: chosen only
+            chosen = fresh[0]["lr"]
             line = _line(md, f"| {arm.label} | {batch} |")
-            assert f"{100 * np.mean(acc):.2f} ± {100 * np.std(acc, ddof=1):.2f}" in line
+            for key in ("final_val_accuracy", "test_accuracy"):
+                i = mean_interval([r[key] for r in fresh])  # the sweep's run at the chosen rate is not among them
+                assert f"{100 * i.mean:.2f} ± {100 * i.sd:.2f} [{100 * i.low:.2f}, {100 * i.high:.2f}]" in line
             assert f"| {chosen:.4g} (sweep" in line
             sweep = _line(md, f"| base | {arm.label} | {batch} |")
             for r in mine:
@@ -89,6 +95,7 @@ def test_tables_hold_the_runs_numbers(quick1):
                     assert f"{r['lr']:.4g}: {100 * r['final_val_accuracy']:.2f}" in sweep
     for r in rows:
         assert f"| {100 * r['final_val_accuracy']:.2f} |" in _line(md, f"| {r['id']} |")
+        assert r["run_dir"] == f"points/{r['id']}" and len(r["commit"]) == 40 and len(r["data_sha256"]) == 64
     adam8 = [r["final_val_accuracy"] for r in rows if r["arm"] == "adam" and r["batch"] == 8 and r["phase"] == "seeds"]
     assert adam8, "the reference arm's rows exist"
 
@@ -108,13 +115,14 @@ def test_finished_points_are_skipped_and_a_killed_study_continues(quick1):
         assert after[key]["final_val_loss"] == pytest.approx(row["final_val_loss"], abs=1e-6)
 
 
-def _tiny_studies(tmp_path: Path, arms: dict, replicas: int = 2) -> Path:
+def _tiny_studies(tmp_path: Path, arms: dict, replicas: int = 2, **over) -> Path:
     import yaml
 
-    spec = {"t": {"base": "dense", "data": "fashion-mnist-subset", "seeds": [0], "target_accuracy": 0.1,
-                  "batches": [8], "replicas": replicas,
-                  "set": {"model.options": {"hidden": [8]}, "run.epochs": 0.01, "run.checksum_every": 0},
-                  "arms": arms}}
+    spec = {"t": {"base": "dense", "data": "fashion-mnist-subset", "seeds": [1], "target_accuracy": 0.1,
+                  "batches": [8], "replicas": replicas, "validation_fraction": 0.2,
+                  "set": {"model.options": {"hidden": [8]}, "run.epochs": 0.01, "run.checksum_every": 0,
+                          "schedule.warmup_steps": 2},
+                  "arms": arms, **over}}
     path = tmp_path / "studies.yml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -145,8 +153,13 @@ def test_large_batch_quick_scales_sgd_from_the_baseline_and_states_the_claim(tmp
     assert sgd["lr"] == pytest.approx(8 * best["lr"])  # linear scaling from batch 8 to 64
     assert base is not None
     md = (out / "results.md").read_text()
-    assert "Claim (LARS, 8B at batch 64 within 0.5 points of momentum SGD, B at batch 8" in md
-    assert (out / "curves-quick.png").exists() and (out / "time_to_target.png").exists()
+    assert ("Claim: LARS (eta 0.001) at 8B is within 0.5 points of momentum SGD at B, or better (d = LARS eta 0.001, 8B "
+            "(batch 64) - momentum SGD, B (batch 8), test accuracy; claimed d > -0.5 points): not measured") in md
+    assert md.count("-> **undecided**") == 4  # one fresh seed: no interval, no decision
+    lars = next(r for r in rows if r["arm"] == "lars")
+    assert set(lars["weight_drift"]) >= {"exempt", "classifier.1"} and lars["update_stats"][0]["step"] == 0
+    assert (out / "update_stats.png").read_bytes()[:8] == PNG
+    assert (out / "curves-base.png").exists() and (out / "time_to_target.png").exists()
 
 
 @pytest.mark.slow
@@ -167,7 +180,7 @@ def test_study_under_the_launcher_matches_one_process(tmp_path):
 
 
 def test_seeds_option_restricts_and_names_the_fix(tmp_path):
-    assert main(["sgd-vs-adam", "--quick", "--seeds", "1", "--out", str(tmp_path)]) == 2  # the sweeps need seed 0
+    assert main(["sgd-vs-adam", "--quick", "--seeds", "0", "--out", str(tmp_path)]) == 2  # the sweep seed is no fresh seed
     assert main(["sgd-vs-adam", "--quick", "--seeds", "0,7", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / RESULTS).exists()
 
@@ -185,3 +198,47 @@ def test_docs_carry_the_tables_pictures_and_the_rows_behind_them(quick1, tmp_pat
     assert (kept / RESULTS).read_text() == (quick1 / RESULTS).read_text()
     assert json.loads((kept / "meta.json").read_text()) == json.loads((quick1 / "meta.json").read_text())
     assert (kept / "final_accuracy.png").read_bytes()[:8] == PNG
+
+
+def test_a_claim_built_to_be_undecided_is_undecided(tmp_path):
+    # two identical arms on the same fresh seeds: d is 0 exactly and its interval has width wherever the seeds differ
+    same = {"set": {"optim.name": "sgd", "optim.momentum": 0.0}, "lr": 0.05}
+    studies = _tiny_studies(tmp_path, {"a": same, "b": same}, seeds=[1, 2],
+                            claims=[{"arm": "b", "reference": "a", "above": 0, "says": "b beats a"}])
+    out = tmp_path / "out"
+    assert main(["t", "--studies", str(studies), "--out", str(out)]) == 0
+    acc = [r["test_accuracy"] for r in read_rows(out) if r["arm"] == "a"]
+    assert len(acc) == 2 and acc[0] != acc[1]  # the seeds differ, so the interval is not a point
+    line = _line((out / "results.md").read_text(), "- Claim: b beats a")
+    assert "+0.00 points, 95 % interval [-" in line and line.endswith("-> **undecided**.")
+
+
+def test_a_row_whose_provenance_changed_trains_again(quick1, tmp_path, caplog):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick1, out)
+    lines = (out / RESULTS).read_text().splitlines()
+    edited = json.loads(lines[0])
+    true_hash = edited["data_sha256"]
+    edited["data_sha256"] = "0" * 64  # as if the rows came from another dataset file
+    (out / RESULTS).write_text("\n".join([json.dumps(edited), *lines[1:]]) + "\n")
+    with caplog.at_level("WARNING", logger="launch.study"):
+        assert main(["sgd-vs-adam", "--quick", "--out", str(out), "--reuse-stale"]) == 0
+    assert (out / RESULTS).read_text().splitlines()[0] == json.dumps(edited)  # reused, loudly
+    assert len((out / RESULTS).read_text().splitlines()) == len(lines)
+    assert f"REUSING A STALE ROW (--reuse-stale): point {edited['id']} differs from now in data sha256 000000000000" in caplog.text
+    assert main(["sgd-vs-adam", "--quick", "--out", str(out)]) == 0
+    after = (out / RESULTS).read_text().splitlines()
+    assert len(after) == len(lines) + 1  # that point alone trained again
+    again = json.loads(after[-1])
+    assert again["id"] == edited["id"] and again["data_sha256"] == true_hash
+    assert again["final_val_accuracy"] == edited["final_val_accuracy"]  # the same run, deterministic
+
+
+def test_full_fashion_mnist_missing_is_an_error_naming_the_package(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("POPRUN_FASHION_MNIST_DIR", str(tmp_path))  # no IDX files here
+    with caplog.at_level("ERROR", logger="launch.study"):
+        assert main(["sgd-vs-adam", "--out", str(tmp_path / "out"), "--seeds", "1"]) == 2
+    assert "apt-get install dataset-fashion-mnist" in caplog.text and "fashion-mnist-subset" in caplog.text
+    assert not (tmp_path / "out" / RESULTS).exists()

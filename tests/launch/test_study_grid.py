@@ -39,7 +39,8 @@ def test_scaled_lr():
 
 
 def _study(**over):
-    raw = {"base": "dense", "seeds": [0, 1, 2], "target_accuracy": 0.8, "batches": [8, 32], "replicas": 2,
+    raw = {"base": "dense", "seeds": [1, 2, 3], "target_accuracy": 0.8, "batches": [8, 32], "replicas": 2,
+           "validation_fraction": 0.2,
            "arms": {"sgd": {"lr": {"rule": "sqrt", "base_lr": 0.1, "base_batch": 32, "factors": [0.25, 1, 4]}},
                     "big": {"batches": [256], "lr": {"rule": "linear", "from_arm": "sgd", "base_batch": 32}}}}
     raw.update(over)
@@ -52,7 +53,7 @@ def test_sweep_candidates_and_counts():
     assert sweep_candidates(study, g8) == [0.0125, 0.05, 0.2]
     assert sweep_candidates(study, g32) == [0.025, 0.1, 0.4]
     assert sweep_candidates(study, g256, base_lr=0.1, base_batch=32) == [0.8]
-    assert count_points(study) == 2 * (3 + 2) + 3
+    assert count_points(study) == 2 * (3 + 3) + 3  # sweep candidates with the sweep seed, then 3 fresh seeds
     p = make_point(study, g8, 0.05, 1, "seeds")
     assert (p.micro_batch, p.grad_accum, p.replicas) == (4, 1, 2)
     assert p.id == "base/sgd/b8/lr0.05/s1"
@@ -82,14 +83,26 @@ def test_spec_errors_name_the_key():
         _study(arms={"a": {"lr": {"rule": "sqrt", "base_lr": 0.1}}})
     with pytest.raises(ValueError, match="no study 'nope'"):
         load_study("nope")
+    with pytest.raises(ValueError, match="sweep_seed 1 is one of the seeds"):
+        _study(sweep_seed=1)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        _study(validation_fraction=0)
+    with pytest.raises(ValueError, match="claims.0.: arm 'nope'"):
+        _study(claims=[{"arm": "nope", "reference": "sgd", "above": 0}])
+    with pytest.raises(ValueError, match="above and/or below"):
+        _study(claims=[{"arm": "big", "reference": "sgd"}])
 
 
 def test_shipped_studies_load():
-    assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (5 + 2)
+    assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (3 + 3)
     study = load_study("lars-large-batch")
-    assert [a.batches for a in study.arms] == [(32,), (256,), (256,), (256,)]
-    assert len(study.variants) == 3
-    assert load_study("lars-large-batch", quick=True).seeds == (0,)
+    assert [a.batches for a in study.arms] == [(32,), (256,), (256,), (256,), (256,)]
+    assert len(study.variants) == 1 and count_points(study) == 5 * (3 + 3)
+    assert [a.lr.factors for a in study.arms] == [(0.5, 1.0, 2.0)] * 5  # grids a factor of 2 apart
+    assert study.validation_fraction == 0.2 and study.sweep_seed not in study.seeds and len(study.claims) == 4
+    assert {a.name: dict(o.split("=", 1) for o in a.overrides).get("optim.lars_eta") for a in study.arms
+            if a.name.startswith("lars")} == {"lars": "0.001", "lars-eta0.01": "0.01"}
+    assert load_study("lars-large-batch", quick=True).seeds == (1,)
 
 
 def test_pca_plane_recovers_a_planar_path():
@@ -112,13 +125,14 @@ def test_pca_plane_recovers_a_planar_path():
 def test_a_summary_counts_the_failures_at_the_chosen_rate_only():
     from launch.study.report import summarise
 
-    study = _study(batches=[8], seeds=[0, 1])
+    study = _study(batches=[8], seeds=[1, 2])
     def row(lr, seed, phase, status="ok", acc=0.8):
         return {"id": f"base/sgd/b8/lr{lr:.4g}/s{seed}", "lr": lr, "seed": seed, "phase": phase, "status": status,
                 "final_val_accuracy": acc, "final_val_loss": 1 - acc}
     rows = [row(0.0125, 0, "sweep", acc=0.7), row(0.05, 0, "sweep", acc=0.85), row(0.2, 0, "sweep", "failed"),
-            row(0.05, 1, "seeds", acc=0.83)]
+            row(0.05, 1, "seeds", acc=0.83), row(0.05, 2, "seeds", acc=0.81)]
     s = next(x for x in summarise(study, rows) if x.group.arm.name == "sgd")
-    assert s.lr == 0.05 and len(s.rows) == 2 and s.failed == 0  # the diverged candidate is the sweep's
-    s = next(x for x in summarise(study, rows[:3] + [row(0.05, 1, "seeds", "failed")]) if x.group.arm.name == "sgd")
+    assert s.lr == 0.05 and s.failed == 0  # the diverged candidate is the sweep's
+    assert [r["seed"] for r in s.rows] == [1, 2] and s.mean("final_val_accuracy") == pytest.approx(0.82)  # not the sweep's 0.85
+    s = next(x for x in summarise(study, rows[:4] + [row(0.05, 2, "seeds", "failed")]) if x.group.arm.name == "sgd")
     assert len(s.rows) == 1 and s.failed == 1
