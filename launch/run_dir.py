@@ -47,7 +47,7 @@ RUN_FILES = ("identity.json", "metrics.jsonl", "summary.json")  # besides checkp
 MAY_CHANGE_ON_RESUME = frozenset({
     "run.epochs", "run.max_steps", "run.run_dir", "run.checkpoint_every", "run.keep_checkpoints",
     "run.checksum_every", "run.evaluate", "run.plots", "run.progress_bar", "run.tensorboard",
-    "run.tensorboard_every",
+    "run.tensorboard_every", "run.evaluate_test", "run.update_stats_every",
     "data.cache", "data.eval_micro_batch", "ipu.prefetch_micro_batches", "ipu.device_iterations", "ipu.check_fit",
     "ipu.system", "ipu.num_hosts", "ipu.chip", "ipu.available_memory_proportion", "ipu.num_io_tiles",
 })

@@ -242,3 +242,19 @@ def test_full_fashion_mnist_missing_is_an_error_naming_the_package(tmp_path, mon
         assert main(["sgd-vs-adam", "--out", str(tmp_path / "out"), "--seeds", "1"]) == 2
     assert "apt-get install dataset-fashion-mnist" in caplog.text and "fashion-mnist-subset" in caplog.text
     assert not (tmp_path / "out" / RESULTS).exists()
+
+
+def test_a_resumed_run_carries_the_cpu_seconds_of_its_first_part(tmp_path):
+    from launch import checkpoint as ckpt
+    from launch.train import main as train
+
+    run = tmp_path / "run"
+    common = ["--config", "dense", "--set", "data.replicas=1", "--set", "run.epochs=0.05", "--set",
+              "run.progress_bar=false", "--set", "run.plots=false", "--set", "run.tensorboard=false", "--set",
+              f"run.run_dir={run}", "--set", "schedule.warmup_steps=2", "--set", "run.keep_checkpoints=5"]
+    assert train([*common, "--set", "run.max_steps=28"]) == 0  # the first part: 28 of the 31 updates
+    first = ckpt.load_checkpoint(ckpt.find_latest(run))[1]
+    assert first["engine_step"] == 28 and first["cpu_s"] > 0
+    assert train([*common, "--resume", "auto"]) == 0
+    last = ckpt.load_checkpoint(ckpt.find_latest(run))[1]
+    assert last["engine_step"] == 31 and last["cpu_s"] > first["cpu_s"]  # 3 more updates add to the first part's
