@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 
 UNKNOWN = "unknown"
 MACHINE_KEYS = (("run", "run_dir"), ("data", "path"))  # where, not what: left out of the comparison
+NOT_CODE = (":(exclude)docs",)  # changes there (the regenerated studies.md and its rows) train nothing
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -29,14 +30,16 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def code_state(root: Path) -> dict:
-    """``{"commit", "dirty", "diff_sha256"}`` of the repository at ``root``; commit ``unknown`` outside git."""
+    """``{"commit", "dirty", "diff_sha256"}`` of the repository at ``root`` (tracked files outside ``docs/``);
+    commit ``unknown`` outside git."""
     commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         logger.warning("%s is not a git checkout (or git is missing): rows record commit %r.", root, UNKNOWN)
         return {"commit": UNKNOWN, "dirty": False, "diff_sha256": ""}
-    status = _git(root, "status", "--porcelain", "--untracked-files=no") or ""
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE) or ""
     dirty = bool(status.strip())
-    diff = hashlib.sha256((_git(root, "diff", "HEAD", "--binary") or "").encode()).hexdigest() if dirty else ""
+    diff = _git(root, "diff", "HEAD", "--binary", "--", ".", *NOT_CODE) or ""
+    diff = hashlib.sha256(diff.encode()).hexdigest() if dirty else ""
     return {"commit": commit.strip(), "dirty": dirty, "diff_sha256": diff}
 
 

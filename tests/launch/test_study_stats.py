@@ -114,6 +114,12 @@ def test_code_state_and_file_hash(tmp_path):
     assert dirty["commit"] == clean["commit"] and dirty["dirty"] and len(dirty["diff_sha256"]) == 64
     (repo / "f.py").write_text("a = 3\n")
     assert code_state(repo)["diff_sha256"] != dirty["diff_sha256"]
+    (repo / "docs").mkdir()
+    (repo / "docs" / "d.md").write_text("x\n")
+    subprocess.run([*git, "add", "docs/d.md", "f.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "d"], check=True)
+    (repo / "docs" / "d.md").write_text("regenerated\n")
+    assert code_state(repo)["dirty"] is False  # docs/ (the regenerated tables and rows) is not code
     assert code_state(tmp_path / "nowhere")["commit"] == "unknown"
     import hashlib
     assert file_sha256(repo / "f.py") == hashlib.sha256(b"a = 3\n").hexdigest()
