@@ -38,6 +38,8 @@ CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS))
 # Ops that only move data: no work in the profile.
 DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+# Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
+RESHAPING = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
 class OnnxImportError(ValueError):
@@ -80,6 +82,7 @@ class Graph:
     params: list[str]
     opset: int
     shapes: dict[str, tuple[int, ...]]
+    origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
 
 
 def param_inputs(node: Node, constants) -> list[str]:
@@ -197,10 +200,12 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
     return out
 
 
-def _fold(model: onnx.ModelProto, opset: int, where: str) -> onnx.ModelProto:
-    """Replace every node whose value is constant by an initializer."""
+def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str]) -> onnx.ModelProto:
+    """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
+    of each folded value that only reshapes one (``RESHAPING``)."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    files = set(consts)
     shapes = _shapes(model)
     keep = []
     for node in g.node:
@@ -220,6 +225,9 @@ def _fold(model: onnx.ModelProto, opset: int, where: str) -> onnx.ModelProto:
             keep.append(node)
             continue
         consts[node.output[0]] = value
+        source = origins.get(node.input[0], node.input[0]) if node.input else None
+        if node.op_type in RESHAPING and source in files and np.size(value) == np.size(consts[node.input[0]]):
+            origins[node.output[0]] = source
         g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
     initialized = {t.name for t in g.initializer}
     used = {t for n in keep for t in n.input} | {o.name for o in g.output}
@@ -315,7 +323,8 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     except Exception as e:
         raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
     name, input_shape = _fix_input(model, where, image_size, batch_size)
-    model = _fold(_infer(model, where), opset, where)
+    origins: dict[str, str] = {}
+    model = _fold(_infer(model, where), opset, where, origins)
     model = _infer(model, where)
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
@@ -332,7 +341,8 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
             raise OnnxImportError(f"{where}: graph output {t!r} is a constant, not computed from the input")
     out_shapes = tuple(_static(t, shapes, model.graph.node[-1], where) for t in outputs)
     return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
-                 consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)})
+                 consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)},
+                 origins)
 
 
 NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})

@@ -9,7 +9,8 @@ name prefixes (``/layer1/...`` -> ``layer1``), so ``GraphModel`` is a ``models.m
 the built-in ones: ``params``, ``forward``/``backward``, ``forward_blocks``, ``state_dict``,
 ``profile`` (the importer's ``OnnxNetwork`` rows) and ``blocks``.
 
-Parameters are named by their initializers (torch's exporter: the module's parameter names) and
+Parameters are named by the file's initializers (torch's exporter: the module's parameter names; a weight the
+exporter reshapes, as a group norm's Unsqueeze, by the initializer it reshapes) and
 keep ONNX's layout where the engine's is the same (OIHW convolution, ``[out, in]`` dense); a
 broadcast constant [C, 1, 1] is stored [1, 1, 1, C] (``ParamSite.to_onnx`` converts back).
 BatchNormalization keeps its running statistics (buffers named by their initializers, torch's
@@ -32,6 +33,7 @@ from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
 from models.norm import ACTS, BatchNorm2d, GroupNorm
+from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
 from models.onnx.graph import Graph, Node, OnnxImportError
 from models.onnx.ops import Binary, Concat, LayerOp, Move, Op, Unary, const_to_engine
 from models.onnx.profile import OnnxNetwork, _prefix
@@ -132,7 +134,8 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
     rng = Rng(np.random.default_rng(seed))
     builder = _Builder(graph, dtype, rng, seed, num_classes)
     ops = [builder.node(n) for n in graph.nodes]
-    ops = _fuse_norm_act(_live(ops, graph.outputs[0]), graph.outputs[0])
+    ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
+    ops = fuse_norm_act(ops, graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
@@ -150,29 +153,6 @@ def _live(ops: list[Op], output: str) -> list[Op]:
             keep.append(op)
             need.update(op.inputs)
     return keep[::-1]
-
-
-def _fuse_norm_act(ops: list[Op], output: str) -> list[Op]:
-    """A batch or group norm whose output only a SiLU or ReLU reads takes that activation into its kernel
-    (``act``), as the built-in models' norms do: the same arithmetic, hence the same bits, as the layer API
-    (the activation of the rounded norm output would differ by an ulp)."""
-    readers: dict[str, list[Op]] = {}
-    for op in ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-    dropped = set()
-    for op in ops:
-        layer = op.layer if isinstance(op, LayerOp) else None
-        if not isinstance(layer, (BatchNorm2d, GroupNorm)) or layer.act != ACTS[None] or op.output == output \
-                or getattr(op, "as_rank4", False):
-            continue
-        after = readers.get(op.output, [])
-        act = after[0].layer if len(after) == 1 and isinstance(after[0], LayerOp) else None
-        if isinstance(act, Activation) and act.fn in ("silu", "relu"):
-            layer.act = ACTS[act.fn]
-            op.output = after[0].output
-            dropped.add(id(after[0]))
-    return [op for op in ops if id(op) not in dropped]
 
 
 def _split(ops: list[Op], input: str, output: str):
@@ -217,6 +197,8 @@ class _Builder:
         return self.g.initializers.get(name)
 
     def param(self, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
+        """A parameter named by the file's initializer (through the reshapes the importer folded)."""
+        name = self.g.origins.get(name, name)
         if name in self.used:
             raise OnnxImportError(f"{self.where}: initializer {name!r} is read by more than one layer (shared "
                                   f"weights are not supported for training)")
