@@ -9,7 +9,10 @@
 3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
    (strict, with data propagation; the model's own opset is honoured);
 4. folds constant subgraphs (``fold.py``) and infers shapes again;
-5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``.
+5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``, torch's
+   group norm chain as one ``GroupNormalization`` (``fuse_norm.py``) and torch's stochastic depth
+   (``RandomUniformLike``, ``Less``, ``Cast``, ``Div``, ``Mul``) as one ``DropPath`` node whose ``ratio`` is
+   the drop probability (``patterns.fuse_drop_path``).
 
 The input must be one image batch ``[N, C, H, W]``. ``image_size`` (an int or ``(H, W)``) sets H and W,
 fixed or not; ``batch_size`` sets N where it is dynamic (a fixed N stays: counts scale per sample). A
@@ -35,7 +38,9 @@ COMPUTE_OPS = frozenset({
     "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Dropout", "Softmax", "Identity"})
 # Ops that only compute constants: supported when folding removes them.
 CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
-SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS))
+# Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
+DROP_PATH_OPS = frozenset({"RandomUniformLike", "Less", "Cast"})
+SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
 # Ops that only move data: no work in the profile.
 DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
 # Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
@@ -133,10 +138,16 @@ def _opset(model: onnx.ModelProto, where: str) -> int:
 
 
 def unsupported(node, where: str, extra: str = "") -> UnsupportedOpError:
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    """The error for a node (an ``onnx.NodeProto`` or a ``Node``) whose op cannot run here."""
+    if isinstance(node, Node):
+        op, inputs = node.op, node.inputs
+    else:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        inputs = node.input
     return UnsupportedOpError(
-        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(node.input)}){extra}; "
-        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)))")
+        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(inputs)}){extra}; "
+        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)); {', '.join(sorted(DROP_PATH_OPS))} "
+        f"in torch's stochastic depth)")
 
 
 def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
@@ -253,7 +264,7 @@ def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
 def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> list[Node]:
     out = []
     for node in model.graph.node:
-        if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS:
+        if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS | DROP_PATH_OPS:
             raise unsupported(node, where, " (supported only where its value is a constant; here it is not)")
         attrs = attribute_values(node)
         moved = INPUTS_AS_ATTRIBUTES.get(node.op_type, {})
@@ -329,9 +340,15 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
     from models.onnx.fuse_norm import fuse_group_norm
+    from models.onnx.patterns import fuse_drop_path
 
     outs = {o.name for o in model.graph.output}
     nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
+    nodes = fuse_drop_path(nodes, consts)
+    for n in nodes:
+        if n.op in DROP_PATH_OPS:
+            raise unsupported(n, where, " (supported only in torch's stochastic depth, or where its value is a "
+                                        "constant; here it is neither)")
     params: list[str] = []
     for n in nodes:
         params += [t for t in param_inputs(n, consts) if t not in params]

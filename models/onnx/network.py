@@ -35,7 +35,7 @@ from models.model import Model
 from models.norm import ACTS, BatchNorm2d, GroupNorm
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
 from models.onnx.graph import Graph, Node, OnnxImportError
-from models.onnx.ops import Binary, Concat, LayerOp, Move, Op, Unary, const_to_engine
+from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, Op, Unary, const_to_engine
 from models.onnx.profile import OnnxNetwork, _prefix
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
@@ -44,7 +44,8 @@ TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization
                  "InstanceNormalization pattern)", "InstanceNormalization", "Relu", "Sigmoid", "SiLU", "Clip",
                  "Tanh", "HardSigmoid", "HardSwish", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
                  "GlobalAveragePool", "ReduceMean (H, W)", "AveragePool (whole image)", "Flatten", "Reshape",
-                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout")
+                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout",
+                 "torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)")
 
 
 @dataclass
@@ -351,6 +352,8 @@ class _Builder:
         if op == "Dropout":
             return LayerOp(n.name, n.inputs[:1], n.outputs[0],
                            Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype))
+        if op == "DropPath":
+            return DropPath(n.name, n.inputs[:1], n.outputs[0], n.attrs["ratio"], self.rng, self.dtype)
         if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
             return self.move(n)
         if op == "InstanceNormalization":

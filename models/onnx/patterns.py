@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.onnx.fold import decimal
 from models.onnx.graph import Node
 
 SE_GATES = ("Sigmoid", "HardSigmoid")
@@ -70,10 +71,32 @@ def drop_path_keep(mul: Node, producer: dict[str, Node], constants) -> tuple[str
                 or rand.attrs.get("high", 1.0) != 1.0:
             continue
         q, scale = constants.get(less.inputs[1]), constants.get(div.inputs[1])
+        if q is None or scale is None or np.size(q) != 1 or np.size(scale) != 1:
+            continue
+        q, scale = (float(np.asarray(v).reshape(-1)[0]) for v in (q, scale))
         shape = mul.output_shapes[0]
-        if q is None or scale is None or np.size(q) != 1 or np.size(scale) != 1 or float(q) != float(scale) \
-                or not 0.0 < float(q) <= 1.0 or x in constants or len(shape) != 4 \
+        if q != scale or not 0.0 < q <= 1.0 or x in constants or len(shape) != 4 \
                 or tuple(rand.output_shapes[0]) != (shape[0], 1, 1, 1):
             continue
-        return x, float(q), [div, cast, less, rand]
+        return x, q, [div, cast, less, rand]
     return None
+
+
+def fuse_drop_path(nodes: list[Node], constants) -> list[Node]:
+    """Each stochastic-depth mask and its Mul (``drop_path_keep``) as one ``DropPath(x)`` node (the Mul's name
+    and output; ``ratio``: the drop probability 1 - q), when the mask's tensors are read by nothing else."""
+    producer = {t: n for n in nodes for t in n.outputs}
+    count = readers(nodes)
+    replace, drop = {}, set()
+    for mul in nodes:
+        found = drop_path_keep(mul, producer, constants)
+        if found is None:
+            continue
+        x, q, mask = found
+        if any(count.get(n.outputs[0]) != 1 for n in mask):
+            continue
+        ratio = 1.0 - decimal(q)
+        replace[id(mul)] = Node("DropPath", mul.name, (x,), mul.outputs, (mul.output_shapes[0],), mul.output_shapes,
+                                {"ratio": ratio})
+        drop.update(id(n) for n in mask)
+    return [replace.get(id(n), n) for n in nodes if id(n) not in drop]

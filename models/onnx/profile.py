@@ -21,7 +21,8 @@ twice the forward's multiply-adds for matrix layers):
 - ``Add``/``Sub`` of two computed tensors of the output's shape: ``add`` (a residual add).
 - ``MaxPool`` / ``AveragePool``: ``pool`` with k*k FLOPs per output; ``GlobalAveragePool`` and
   ``ReduceMean`` over H and W: ``pool`` (global).
-- ``Dropout``: ``dropout``.
+- ``Dropout``: ``dropout``. ``DropPath`` (torch's stochastic depth, ``patterns.fuse_drop_path``): ``eltwise``,
+  one FLOP per element each way, keeping one factor per sample.
 - Other element-wise work, which the cost model has no special case for, is costed as generic
   element-wise work (one vector pass forward and one backward): ``Mul``/``Div`` and broadcasting
   ``Add``/``Sub`` (kind ``eltwise``), ``Softmax`` (``softmax``) and ``Concat`` (``concat``, a copy).
@@ -115,6 +116,8 @@ class _Rows:
         if op in ("GlobalAveragePool", "ReduceMean"):
             e_in = math.prod(node.input_shapes[0])
             return [_row(node, block, "pool", e_in, e_in, 0, params)]
+        if op == "DropPath":  # one factor per sample, kept for backward (the built-in's residual row keeps it)
+            return [_row(node, block, "eltwise", e, e, node.output_shapes[0][0], params)]
         if op == "Dropout":
             return [_row(node, block, "dropout", e, e, e if node.attrs.get("ratio", 0.5) > 0 else 0, params)]
         if op == "Softmax":
