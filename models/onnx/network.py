@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,10 +33,11 @@ from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
 from models.norm import ACTS, BatchNorm2d, GroupNorm
+from models.onnx.blocks import cut, split_starts
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
 from models.onnx.graph import Graph, Node, OnnxImportError
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, Op, Unary, const_to_engine
-from models.onnx.profile import OnnxNetwork, _prefix
+from models.onnx.profile import OnnxNetwork
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 
@@ -124,10 +125,12 @@ class GraphModel(Model):
                 for r in self._network.profile(batch_size)]
 
 
-def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None) -> GraphModel:
+def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None,
+                splits: Sequence[str] = (), shown: str | None = None) -> GraphModel:
     """The trainable model of ``graph``; ``num_classes``: replace a final Gemm whose class count differs
     (new weights, torch's ``nn.Linear`` init from ``seed``). One ``OnnxImportError`` line for a node
-    it cannot train or an output that is not the logits of one image batch."""
+    it cannot train or an output that is not the logits of one image batch. ``splits``: pipeline splits that
+    name blocks, nodes or module paths (``blocks.split_starts``; ``shown``: the file's name for its errors)."""
     n = graph.input_shape[0]
     if len(graph.outputs) != 1 or len(graph.output_shapes[0]) != 2 or graph.output_shapes[0][0] != n:
         raise OnnxImportError(f"{graph.name}: the graph's output must be the logits of one image batch [{n}, classes]; "
@@ -141,8 +144,8 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
                               f"model.num_classes={num_classes}, and the output is not a Gemm to replace")
-    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in
-              _split(ops, graph.input, graph.outputs[0])]
+    starts = split_starts(graph, splits, shown or graph.name, "ipu.pipeline_splits")
+    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in cut(ops, graph, starts)]
     return GraphModel(graph, blocks, builder.sites, rng, dtype)
 
 
@@ -154,31 +157,6 @@ def _live(ops: list[Op], output: str) -> list[Op]:
             keep.append(op)
             need.update(op.inputs)
     return keep[::-1]
-
-
-def _split(ops: list[Op], input: str, output: str):
-    """(name, ops, input, output) of each block: a new block where the exporter's name prefix changes and
-    exactly one tensor crosses (a cut); names repeated later get ``#2``, ``#3``..."""
-    last_read = {}
-    for i, op in enumerate(ops):
-        for t in op.inputs:
-            last_read[t] = i
-    last_read[output] = len(ops)
-    alive, parts, start, crossing = {input}, [], 0, input
-    for i, op in enumerate(ops):
-        alive = {t for t in alive if last_read.get(t, -1) >= i}
-        if i > start and len(alive) == 1 and _prefix(op.name) != _prefix(ops[i - 1].name):
-            parts.append((start, i, crossing))
-            start, crossing = i, next(iter(alive))
-        alive.add(op.output)
-    parts.append((start, len(ops), crossing))
-    out, seen = [], {}
-    for k, (a, b, inp) in enumerate(parts):
-        label = _prefix(ops[a].name)
-        seen[label] = seen.get(label, 0) + 1
-        name = label if seen[label] == 1 else f"{label}#{seen[label]}"
-        out.append((name, ops[a:b], inp, parts[k + 1][2] if k + 1 < len(parts) else output))
-    return out
 
 
 class _Builder:
