@@ -3,9 +3,11 @@
 ``graph_model(graph)`` turns every node into one of the engine's layers, or a small numpy op for
 what the layer API has no layer for (``ops.py``), and wires them as the graph says. ``GraphBlock``
 is the DAG executor: forward runs its ops in topological order keeping tensors by name; backward runs
-them in reverse, and a tensor read by several ops gets the sum of their gradients. The graph is cut
-into blocks (pipeline split points) where exactly one tensor crosses, grouped by the exporter's node
-name prefixes (``/layer1/...`` -> ``layer1``), so ``GraphModel`` is a ``models.model.Model`` like
+them in reverse, and a tensor read by several ops gets the sum of their gradients. Runs of ops that the
+layer API computes as one layer become that layer (``fuse_ops.py``: norm + SiLU/ReLU, squeeze-excitation),
+so that an exported built-in network computes the built-in's bits. The graph is cut into blocks (pipeline
+split points) where exactly one tensor crosses, by the exporter's node name prefixes (``/layer1/...`` ->
+``layer1``) or at named splits (``blocks.py``), so ``GraphModel`` is a ``models.model.Model`` like
 the built-in ones: ``params``, ``forward``/``backward``, ``forward_blocks``, ``state_dict``,
 ``profile`` (the importer's ``OnnxNetwork`` rows) and ``blocks``.
 
@@ -15,7 +17,8 @@ keep ONNX's layout where the engine's is the same (OIHW convolution, ``[out, in]
 broadcast constant [C, 1, 1] is stored [1, 1, 1, C] (``ParamSite.to_onnx`` converts back).
 BatchNormalization keeps its running statistics (buffers named by their initializers, torch's
 momentum = 1 - ONNX's) and normalises with the batch's statistics when training. Torch's group norm
-export (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add) becomes the engine's GroupNorm.
+export (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add) becomes the engine's GroupNorm, and its
+stochastic depth (``DropPath``) the engine's drop-connect, drawn from the model's generator.
 """
 
 from __future__ import annotations
