@@ -1,5 +1,8 @@
 """``poprun-train --set model.onnx=PATH``: a small CNN exported from torch in training mode trains under the
-launcher, and how the replicas are split over instances does not change its losses."""
+launcher, and how the replicas are split over instances does not change its losses; bad input stops the run
+before it starts; the trained file loads in torch. The export of the default job's efficientnet-tiny trains as
+the built-in, bitwise: under 2 instances x 4 replicas, with 16.16 emulation, resumed after a kill, pipelined
+over two IPUs; with drop-connect and dropout active, 1x4, 2x2 and 4x1 give the same weights."""
 
 from __future__ import annotations
 
