@@ -138,7 +138,8 @@ def build_net(cfg: TrainConfig, info) -> Any:
     h, w, c = info.image_shape
     if cfg.model.onnx:
         from models.onnx.network import graph_model
-        return graph_model(onnx_graph(cfg, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes)
+        return graph_model(onnx_graph(cfg, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes,
+                           splits=cfg.ipu.pipeline_splits, shown=f"model.onnx={cfg.model.onnx}")
     options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from ipu.cost.layers import WORKLOADS, Workload
 from ipu.plan import IpuPlan
 from models.onnx import Graph, OnnxImportError, OnnxNetwork, folded_norm_warning, load_graph
+from models.onnx.blocks import split_starts
 from models.profile import LayerProfile
 
 _PROFILES: dict[tuple, tuple[LayerProfile, ...]] = {}
@@ -122,25 +123,9 @@ def _fixed_hw(resolved: Path) -> tuple[int, int] | None:
 
 
 def _blocks(graph: Graph, shown: str, splits: Sequence[str]) -> tuple[str | tuple[str, ...], tuple]:
-    """``prefix`` blocks when the splits name them (or none are given); else each split names a node, or a
-    module path of torch's node names (``features.4.0`` in ``/features/features.4/features.4.0/...``), and
-    starts a block at that node (the first under the path), named as the split."""
-    if not splits:
+    """``prefix`` blocks when the splits name them (or none are given); else the nodes that start blocks and
+    their names (``models.onnx.blocks.split_starts``, as the trainer cuts its graph model)."""
+    starts = split_starts(graph, splits, shown, "--pipeline-splits")
+    if not starts:
         return "prefix", ()
-    prefix = OnnxNetwork(graph, "prefix").blocks()
-    if all(s in prefix for s in splits):
-        return "prefix", ()
-    starts = []
-    for s in splits:
-        node = next((n.name for n in graph.nodes if n.name == s or s in n.name.strip("/").split("/")), None)
-        if node is None:
-            raise OnnxImportError(f"--pipeline-splits {','.join(splits)}: {s!r} names no block, node or module "
-                                  f"path of {shown}; name blocks ({', '.join(prefix[:30])}"
-                                  f"{' ...' if len(prefix) > 30 else ''}), nodes or module paths, in graph order")
-        starts.append(node)
-    order = [n.name for n in graph.nodes]
-    if [order.index(n) for n in starts] != sorted({order.index(n) for n in starts}):
-        raise OnnxImportError(f"--pipeline-splits {','.join(splits)}: give the splits in graph order, once each")
-    first = graph.nodes[0].name
-    nodes = tuple(dict.fromkeys((first, *starts)))
-    return nodes, ((first, "input"), *zip(starts, splits))
+    return tuple(node for node, _ in starts), starts

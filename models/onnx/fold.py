@@ -14,12 +14,25 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+def decimal(value) -> float:
+    """A float32 number as the shortest decimal that rounds to it: ONNX stores float attributes (epsilon,
+    momentum, alpha) and scalar operands (Dropout's ratio) in float32, and the exporting framework held the
+    decimal (1e-3, not 0.0010000000474974513). The engine's layers then compute with the value a model built
+    in the layer API holds: the same bits."""
+    return float(str(np.float32(value)))
+
+
 def attribute_values(node: onnx.NodeProto) -> dict:
-    """A node's attributes as plain Python: numbers, strings, lists, numpy arrays for tensors."""
+    """A node's attributes as plain Python: numbers, strings, lists, numpy arrays for tensors; floats as
+    the decimals they stand for (``decimal``)."""
     out = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
-        if isinstance(v, bytes):
+        if a.type == onnx.AttributeProto.FLOAT:
+            v = decimal(v)
+        elif a.type == onnx.AttributeProto.FLOATS:
+            v = [decimal(x) for x in v]
+        elif isinstance(v, bytes):
             v = v.decode()
         elif isinstance(v, onnx.TensorProto):
             v = numpy_helper.to_array(v)
@@ -146,4 +159,4 @@ def as_attribute(op: str, key: str, value: np.ndarray):
         return [int(v) for v in value.reshape(-1)]
     if key == "training_mode":
         return bool(value)
-    return float(value)
+    return decimal(value) if value.dtype == np.float32 else float(value)

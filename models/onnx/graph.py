@@ -9,7 +9,10 @@
 3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
    (strict, with data propagation; the model's own opset is honoured);
 4. folds constant subgraphs (``fold.py``) and infers shapes again;
-5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``.
+5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``, torch's
+   group norm chain as one ``GroupNormalization`` (``fuse_norm.py``) and torch's stochastic depth
+   (``RandomUniformLike``, ``Less``, ``Cast``, ``Div``, ``Mul``) as one ``DropPath`` node whose ``ratio`` is
+   the drop probability (``patterns.fuse_drop_path``).
 
 The input must be one image batch ``[N, C, H, W]``. ``image_size`` (an int or ``(H, W)``) sets H and W,
 fixed or not; ``batch_size`` sets N where it is dynamic (a fixed N stays: counts scale per sample). A
@@ -35,9 +38,13 @@ COMPUTE_OPS = frozenset({
     "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Dropout", "Softmax", "Identity"})
 # Ops that only compute constants: supported when folding removes them.
 CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
-SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS))
+# Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
+DROP_PATH_OPS = frozenset({"RandomUniformLike", "Less", "Cast"})
+SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
 # Ops that only move data: no work in the profile.
 DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+# Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
+RESHAPING = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
 class OnnxImportError(ValueError):
@@ -80,6 +87,7 @@ class Graph:
     params: list[str]
     opset: int
     shapes: dict[str, tuple[int, ...]]
+    origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
 
 
 def param_inputs(node: Node, constants) -> list[str]:
@@ -130,10 +138,16 @@ def _opset(model: onnx.ModelProto, where: str) -> int:
 
 
 def unsupported(node, where: str, extra: str = "") -> UnsupportedOpError:
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    """The error for a node (an ``onnx.NodeProto`` or a ``Node``) whose op cannot run here."""
+    if isinstance(node, Node):
+        op, inputs = node.op, node.inputs
+    else:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        inputs = node.input
     return UnsupportedOpError(
-        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(node.input)}){extra}; "
-        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)))")
+        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(inputs)}){extra}; "
+        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)); {', '.join(sorted(DROP_PATH_OPS))} "
+        f"in torch's stochastic depth)")
 
 
 def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
@@ -197,10 +211,12 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
     return out
 
 
-def _fold(model: onnx.ModelProto, opset: int, where: str) -> onnx.ModelProto:
-    """Replace every node whose value is constant by an initializer."""
+def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str]) -> onnx.ModelProto:
+    """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
+    of each folded value that only reshapes one (``RESHAPING``)."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    files = set(consts)
     shapes = _shapes(model)
     keep = []
     for node in g.node:
@@ -220,6 +236,9 @@ def _fold(model: onnx.ModelProto, opset: int, where: str) -> onnx.ModelProto:
             keep.append(node)
             continue
         consts[node.output[0]] = value
+        source = origins.get(node.input[0], node.input[0]) if node.input else None
+        if node.op_type in RESHAPING and source in files and np.size(value) == np.size(consts[node.input[0]]):
+            origins[node.output[0]] = source
         g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
     initialized = {t.name for t in g.initializer}
     used = {t for n in keep for t in n.input} | {o.name for o in g.output}
@@ -245,7 +264,7 @@ def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
 def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> list[Node]:
     out = []
     for node in model.graph.node:
-        if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS:
+        if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS | DROP_PATH_OPS:
             raise unsupported(node, where, " (supported only where its value is a constant; here it is not)")
         attrs = attribute_values(node)
         moved = INPUTS_AS_ATTRIBUTES.get(node.op_type, {})
@@ -315,14 +334,21 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     except Exception as e:
         raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
     name, input_shape = _fix_input(model, where, image_size, batch_size)
-    model = _fold(_infer(model, where), opset, where)
+    origins: dict[str, str] = {}
+    model = _fold(_infer(model, where), opset, where, origins)
     model = _infer(model, where)
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
     from models.onnx.fuse_norm import fuse_group_norm
+    from models.onnx.patterns import fuse_drop_path
 
     outs = {o.name for o in model.graph.output}
     nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
+    nodes = fuse_drop_path(nodes, consts)
+    for n in nodes:
+        if n.op in DROP_PATH_OPS:
+            raise unsupported(n, where, " (supported only in torch's stochastic depth, or where its value is a "
+                                        "constant; here it is neither)")
     params: list[str] = []
     for n in nodes:
         params += [t for t in param_inputs(n, consts) if t not in params]
@@ -332,7 +358,8 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
             raise OnnxImportError(f"{where}: graph output {t!r} is a constant, not computed from the input")
     out_shapes = tuple(_static(t, shapes, model.graph.node[-1], where) for t in outputs)
     return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
-                 consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)})
+                 consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)},
+                 origins)
 
 
 NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})

@@ -3,18 +3,22 @@
 ``graph_model(graph)`` turns every node into one of the engine's layers, or a small numpy op for
 what the layer API has no layer for (``ops.py``), and wires them as the graph says. ``GraphBlock``
 is the DAG executor: forward runs its ops in topological order keeping tensors by name; backward runs
-them in reverse, and a tensor read by several ops gets the sum of their gradients. The graph is cut
-into blocks (pipeline split points) where exactly one tensor crosses, grouped by the exporter's node
-name prefixes (``/layer1/...`` -> ``layer1``), so ``GraphModel`` is a ``models.model.Model`` like
+them in reverse, and a tensor read by several ops gets the sum of their gradients. Runs of ops that the
+layer API computes as one layer become that layer (``fuse_ops.py``: norm + SiLU/ReLU, squeeze-excitation),
+so that an exported built-in network computes the built-in's bits. The graph is cut into blocks (pipeline
+split points) where exactly one tensor crosses, by the exporter's node name prefixes (``/layer1/...`` ->
+``layer1``) or at named splits (``blocks.py``), so ``GraphModel`` is a ``models.model.Model`` like
 the built-in ones: ``params``, ``forward``/``backward``, ``forward_blocks``, ``state_dict``,
 ``profile`` (the importer's ``OnnxNetwork`` rows) and ``blocks``.
 
-Parameters are named by their initializers (torch's exporter: the module's parameter names) and
+Parameters are named by the file's initializers (torch's exporter: the module's parameter names; a weight the
+exporter reshapes, as a group norm's Unsqueeze, by the initializer it reshapes) and
 keep ONNX's layout where the engine's is the same (OIHW convolution, ``[out, in]`` dense); a
 broadcast constant [C, 1, 1] is stored [1, 1, 1, C] (``ParamSite.to_onnx`` converts back).
 BatchNormalization keeps its running statistics (buffers named by their initializers, torch's
 momentum = 1 - ONNX's) and normalises with the batch's statistics when training. Torch's group norm
-export (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add) becomes the engine's GroupNorm.
+export (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add) becomes the engine's GroupNorm, and its
+stochastic depth (``DropPath``) the engine's drop-connect, drawn from the model's generator.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,9 +36,11 @@ from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
 from models.norm import ACTS, BatchNorm2d, GroupNorm
+from models.onnx.blocks import cut, split_starts
+from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
 from models.onnx.graph import Graph, Node, OnnxImportError
-from models.onnx.ops import Binary, Concat, LayerOp, Move, Op, Unary, const_to_engine
-from models.onnx.profile import OnnxNetwork, _prefix
+from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, Op, Unary, const_to_engine
+from models.onnx.profile import OnnxNetwork
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 
@@ -42,7 +48,8 @@ TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization
                  "InstanceNormalization pattern)", "InstanceNormalization", "Relu", "Sigmoid", "SiLU", "Clip",
                  "Tanh", "HardSigmoid", "HardSwish", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
                  "GlobalAveragePool", "ReduceMean (H, W)", "AveragePool (whole image)", "Flatten", "Reshape",
-                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout")
+                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout",
+                 "torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)")
 
 
 @dataclass
@@ -121,10 +128,12 @@ class GraphModel(Model):
                 for r in self._network.profile(batch_size)]
 
 
-def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None) -> GraphModel:
+def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None,
+                splits: Sequence[str] = (), shown: str | None = None) -> GraphModel:
     """The trainable model of ``graph``; ``num_classes``: replace a final Gemm whose class count differs
     (new weights, torch's ``nn.Linear`` init from ``seed``). One ``OnnxImportError`` line for a node
-    it cannot train or an output that is not the logits of one image batch."""
+    it cannot train or an output that is not the logits of one image batch. ``splits``: pipeline splits that
+    name blocks, nodes or module paths (``blocks.split_starts``; ``shown``: the file's name for its errors)."""
     n = graph.input_shape[0]
     if len(graph.outputs) != 1 or len(graph.output_shapes[0]) != 2 or graph.output_shapes[0][0] != n:
         raise OnnxImportError(f"{graph.name}: the graph's output must be the logits of one image batch [{n}, classes]; "
@@ -132,13 +141,14 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
     rng = Rng(np.random.default_rng(seed))
     builder = _Builder(graph, dtype, rng, seed, num_classes)
     ops = [builder.node(n) for n in graph.nodes]
-    ops = _fuse_norm_act(_live(ops, graph.outputs[0]), graph.outputs[0])
+    ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
+    ops = fuse_norm_act(ops, graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
                               f"model.num_classes={num_classes}, and the output is not a Gemm to replace")
-    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in
-              _split(ops, graph.input, graph.outputs[0])]
+    starts = split_starts(graph, splits, shown or graph.name, "ipu.pipeline_splits")
+    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in cut(ops, graph, starts)]
     return GraphModel(graph, blocks, builder.sites, rng, dtype)
 
 
@@ -150,54 +160,6 @@ def _live(ops: list[Op], output: str) -> list[Op]:
             keep.append(op)
             need.update(op.inputs)
     return keep[::-1]
-
-
-def _fuse_norm_act(ops: list[Op], output: str) -> list[Op]:
-    """A batch or group norm whose output only a SiLU or ReLU reads takes that activation into its kernel
-    (``act``), as the built-in models' norms do: the same arithmetic, hence the same bits, as the layer API
-    (the activation of the rounded norm output would differ by an ulp)."""
-    readers: dict[str, list[Op]] = {}
-    for op in ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-    dropped = set()
-    for op in ops:
-        layer = op.layer if isinstance(op, LayerOp) else None
-        if not isinstance(layer, (BatchNorm2d, GroupNorm)) or layer.act != ACTS[None] or op.output == output \
-                or getattr(op, "as_rank4", False):
-            continue
-        after = readers.get(op.output, [])
-        act = after[0].layer if len(after) == 1 and isinstance(after[0], LayerOp) else None
-        if isinstance(act, Activation) and act.fn in ("silu", "relu"):
-            layer.act = ACTS[act.fn]
-            op.output = after[0].output
-            dropped.add(id(after[0]))
-    return [op for op in ops if id(op) not in dropped]
-
-
-def _split(ops: list[Op], input: str, output: str):
-    """(name, ops, input, output) of each block: a new block where the exporter's name prefix changes and
-    exactly one tensor crosses (a cut); names repeated later get ``#2``, ``#3``..."""
-    last_read = {}
-    for i, op in enumerate(ops):
-        for t in op.inputs:
-            last_read[t] = i
-    last_read[output] = len(ops)
-    alive, parts, start, crossing = {input}, [], 0, input
-    for i, op in enumerate(ops):
-        alive = {t for t in alive if last_read.get(t, -1) >= i}
-        if i > start and len(alive) == 1 and _prefix(op.name) != _prefix(ops[i - 1].name):
-            parts.append((start, i, crossing))
-            start, crossing = i, next(iter(alive))
-        alive.add(op.output)
-    parts.append((start, len(ops), crossing))
-    out, seen = [], {}
-    for k, (a, b, inp) in enumerate(parts):
-        label = _prefix(ops[a].name)
-        seen[label] = seen.get(label, 0) + 1
-        name = label if seen[label] == 1 else f"{label}#{seen[label]}"
-        out.append((name, ops[a:b], inp, parts[k + 1][2] if k + 1 < len(parts) else output))
-    return out
 
 
 class _Builder:
@@ -217,6 +179,8 @@ class _Builder:
         return self.g.initializers.get(name)
 
     def param(self, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
+        """A parameter named by the file's initializer (through the reshapes the importer folded)."""
+        name = self.g.origins.get(name, name)
         if name in self.used:
             raise OnnxImportError(f"{self.where}: initializer {name!r} is read by more than one layer (shared "
                                   f"weights are not supported for training)")
@@ -369,6 +333,8 @@ class _Builder:
         if op == "Dropout":
             return LayerOp(n.name, n.inputs[:1], n.outputs[0],
                            Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype))
+        if op == "DropPath":
+            return DropPath(n.name, n.inputs[:1], n.outputs[0], n.attrs["ratio"], self.rng, self.dtype)
         if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
             return self.move(n)
         if op == "InstanceNormalization":

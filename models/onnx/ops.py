@@ -5,7 +5,8 @@ other ranks are as in ONNX.
 ``LayerOp`` runs one of the engine's layers (convolution, norms, dense, pooling, ReLU/sigmoid/SiLU): no
 second implementation of those kernels here. The rest is element-wise numpy that the layer API has no
 layer for (broadcasting Add/Sub/Mul/Div, Clip, Tanh, HardSigmoid, HardSwish), data movement
-(Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity) and Concat.
+(Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity), Concat, and stochastic depth (``DropPath``,
+the engine's drop-connect factors).
 
 ``backward(dy)`` returns one gradient per computed input (None where none is needed) and *writes*
 ``param.grad`` for its parameters, as a layer does.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.param import Param
+from models.pool import drop_path_scale
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -226,3 +228,25 @@ class Concat(Op):
     def backward(self, dy):
         cuts = np.cumsum(self.sizes)[:-1]
         return [np.ascontiguousarray(g) for g in np.split(dy, cuts, axis=self.axis)]
+
+
+class DropPath(Op):
+    """Stochastic depth (torch's ``StochasticDepth(p, "row")``, ``patterns.fuse_drop_path``): in training each
+    sample is zeroed with probability ``p`` or scaled by 1/(1-p), with the engine's drop-connect factors
+    (``models.pool.drop_path_scale``) from the model's generator, as ``models/mbconv.py`` draws them.
+    Keeps the factors."""
+
+    def __init__(self, name, inputs, output, p: float, rng, dtype) -> None:
+        super().__init__(name, inputs, output)
+        self.p, self.rng, self.dtype = float(p), rng, dtype
+
+    def forward(self, xs, training):
+        x = xs[0]
+        self.scale = None
+        if not training or self.p <= 0:
+            return x
+        self.scale = drop_path_scale(self.rng, x.shape[0], self.p, self.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
+        return x * self.scale
+
+    def backward(self, dy):
+        return [dy if self.scale is None else dy * self.scale]

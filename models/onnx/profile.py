@@ -15,13 +15,14 @@ twice the forward's multiply-adds for matrix layers):
   fuses it there and recomputes), as the built-in models count it; a ReLU after a residual add is one
   FLOP per element each way (the engine's fused add + ReLU, as ``models/residual.py`` counts it). The cost model costs every ``act`` as
   the workload's activation function.
-- ``Mul(x, Sigmoid(Conv(act(Conv(GlobalAveragePool(x))))))`` (torchvision's ``SqueezeExcitation``): one
-  ``se`` row, counted as ``models/se.py`` counts it (2 + 4 per element, 4 C S per image for the two small
+- ``Mul(x, Sigmoid(Conv(act(Conv(GlobalAveragePool(x))))))`` (torchvision's ``SqueezeExcitation``,
+  ``patterns.squeeze_excite_chains``): one ``se`` row, counted as ``models/se.py`` counts it (2 + 4 per element, 4 C S per image for the two small
   products, keeps x).
 - ``Add``/``Sub`` of two computed tensors of the output's shape: ``add`` (a residual add).
 - ``MaxPool`` / ``AveragePool``: ``pool`` with k*k FLOPs per output; ``GlobalAveragePool`` and
   ``ReduceMean`` over H and W: ``pool`` (global).
-- ``Dropout``: ``dropout``.
+- ``Dropout``: ``dropout``. ``DropPath`` (torch's stochastic depth, ``patterns.fuse_drop_path``): ``eltwise``,
+  one FLOP per element each way, keeping one factor per sample.
 - Other element-wise work, which the cost model has no special case for, is costed as generic
   element-wise work (one vector pass forward and one backward): ``Mul``/``Div`` and broadcasting
   ``Add``/``Sub`` (kind ``eltwise``), ``Softmax`` (``softmax``) and ``Concat`` (``concat``, a copy).
@@ -49,6 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from models.onnx.graph import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, load_graph, param_inputs
+from models.onnx.patterns import squeeze_excite_chains
 from models.profile import ConvShape, LayerProfile
 
 ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "SiLU"})
@@ -71,7 +73,7 @@ class _Rows:
         self.g = graph
         self.seen: set[str] = set()
         self.producer = {t: n for n in graph.nodes for t in n.outputs}
-        self.se = self.squeeze_excite()
+        self.se = squeeze_excite_chains(graph.nodes, graph.initializers)
         self.in_se = {n.name for chain in self.se.values() for n in chain}
 
     def params(self, node: Node) -> int:
@@ -81,28 +83,6 @@ class _Rows:
 
     def computed(self, node: Node) -> list[int]:
         return [i for i, t in enumerate(node.inputs) if t and t not in self.g.initializers]
-
-    def squeeze_excite(self) -> dict[str, list[Node]]:
-        """``Mul(x, gate(Conv(act(Conv(GlobalAveragePool(x))))))`` by the Mul's name: its other nodes, each
-        read only by the next (a squeeze-and-excitation, one ``se`` row as ``models/se.py`` counts it)."""
-        out = {}
-        for mul in self.g.nodes:
-            if mul.op != "Mul" or len(mul.inputs) != 2 or len(self.computed(mul)) != 2:
-                continue
-            for gate_t, x in (mul.inputs, mul.inputs[::-1]):
-                chain, t = [], gate_t
-                for ops in (("Sigmoid", "HardSigmoid"), ("Conv",), tuple(ACTIVATIONS), ("Conv",),
-                            ("GlobalAveragePool", "ReduceMean")):
-                    n = self.producer.get(t)
-                    if n is None or n.op not in ops or self._readers(t) != 1:
-                        break
-                    chain.append(n)
-                    t = n.inputs[0]
-                else:
-                    if t == x:
-                        out[mul.name] = chain
-                        break
-        return out
 
     def rows(self, node: Node, block: str) -> list[LayerProfile]:
         op, e = node.op, math.prod(node.output_shapes[0]) if node.output_shapes else 0
@@ -136,6 +116,8 @@ class _Rows:
         if op in ("GlobalAveragePool", "ReduceMean"):
             e_in = math.prod(node.input_shapes[0])
             return [_row(node, block, "pool", e_in, e_in, 0, params)]
+        if op == "DropPath":  # one factor per sample, kept for backward (the built-in's residual row keeps it)
+            return [_row(node, block, "eltwise", e, e, node.output_shapes[0][0], params)]
         if op == "Dropout":
             return [_row(node, block, "dropout", e, e, e if node.attrs.get("ratio", 0.5) > 0 else 0, params)]
         if op == "Softmax":

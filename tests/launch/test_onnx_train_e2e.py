@@ -1,5 +1,8 @@
 """``poprun-train --set model.onnx=PATH``: a small CNN exported from torch in training mode trains under the
-launcher, and how the replicas are split over instances does not change its losses."""
+launcher, and how the replicas are split over instances does not change its losses; bad input stops the run
+before it starts; the trained file loads in torch. The export of the default job's efficientnet-tiny trains as
+the built-in, bitwise: under 2 instances x 4 replicas, with 16.16 emulation, resumed after a kill, pipelined
+over two IPUs; with drop-connect and dropout active, 1x4, 2x2 and 4x1 give the same weights."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from ipu.cost.prediction import predict
 from launch.build import ipu_plan
 from launch.config import load_config
 from launch.onnx_source import open_onnx
-from tests.launch.train_runs import losses, ok, train
+from launch.checkpoint import split_prefix
+from tests.launch.train_runs import final_state, losses, ok, train
 from tests.models.onnx_exports import training_export
 
 torch = pytest.importorskip("torch")
@@ -215,40 +219,100 @@ def test_model_num_classes_replaces_the_classifier_end_to_end(tmp_path):
         assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
-def test_the_onnx_export_of_efficientnet_tiny_trains_as_the_builtin(tmp_path):
-    """The default config's network (efficientnet-tiny, group norm, dropout 0.1, LARS, polynomial schedule) and
-    its ONNX export (``torch_efficientnet_ref`` at the same width and depth, the built-in's initial weights
-    loaded, exported in training mode) train to the same losses, 1 instance x 2 replicas. Stochastic depth is
-    off on both sides: torch exports it as random ops (``Bernoulli``) the engine does not import.
+def default_job(*extra: str) -> list[str]:
+    """The default job's settings (efficientnet-tiny, group norm, dropout and drop-connect 0.1, LARS, polynomial
+    schedule, 4 replicas), 4 updates, no evaluation."""
+    return ["--config", "default", "--set", "run.max_steps=4", "--set", "run.evaluate=false", "--set", "run.plots=false",
+            "--set", "run.progress_bar=false", *extra]
 
-    Not bitwise; the first difference (measured, eval forward of one batch) is block1a's squeeze-excitation:
-    the stem and block1a's depthwise convolution + norm + swish give the same bits (the graph's norms take
-    the SiLU that alone reads them into their kernel, as the built-in's do: ``network._fuse_norm_act``), but
-    the built-in's ``SqueezeExcitation`` is one layer (pool, two small matrix products, swish, sigmoid, gate)
-    where the graph runs GlobalAveragePool, 1x1 Conv, SiLU, 1x1 Conv, Sigmoid and Mul as six: its output
-    differs by 2.4e-7 (one float32 ulp), the first loss by 6e-8 relative. Not the cause: the norms' epsilon,
-    float32 in ONNX (0.0010000000475) against 1e-3 (setting it to 1e-3 leaves the same difference)."""
+
+def builtin_export(tmp_path, depth: float | None = None) -> str:
+    """The default job's built-in network (at ``depth``) with its initial weights, exported by torch."""
     from launch.build import build_net
-    from tests.models.torch_efficientnet_ref import EfficientNetRef, norm_factory
+    from tests.models.onnx_builtin import export_builtin
 
-    options = "model.options={norm: group, dropout: 0.1, drop_connect: 0.0}"
-    common = ["--config", "default", "--set", options, "--set", "run.max_steps=3", "--set", "data.replicas=2",
-              "--set", "run.evaluate=false",
-              "--set", "run.plots=false", "--set", "run.progress_bar=false"]
-    cfg = load_config("default", [options])
+    options = [] if depth is None else [f"model.options={{norm: group, dropout: 0.1, drop_connect: 0.1, depth: {depth}}}"]
+    cfg = load_config("default", options)
+    assert cfg.optim.name == "lars" and cfg.model.kwargs["drop_connect"] == 0.1 and cfg.model.kwargs["dropout"] == 0.1
     info = open_dataset(dataset_path(cfg.data.path), "train").info
-    builtin = build_net(cfg, info)
-    ref = EfficientNetRef("tiny", info.num_classes, norm=norm_factory("group", eps=builtin.config.norm.eps),
-                          dropout=0.1, drop_connect=0.0, in_channels=1)
-    missing, unexpected = ref.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in builtin.state_dict().items()},
-                                              strict=False)
-    assert not missing and not unexpected
-    path = str(tmp_path / "tiny.onnx")
-    Path(path).write_bytes(training_export(ref, torch.randn(2, 1, 28, 28), input_name="images",
-                                           output_name="logits", dynamic={0: "batch"}))
-    got = {}
+    path = tmp_path / f"efficientnet-tiny-{depth}.onnx"
+    path.write_bytes(export_builtin(build_net(cfg, info), depth=depth))
+    return str(path)
+
+
+def test_the_onnx_export_of_efficientnet_tiny_trains_as_the_builtin_bitwise(tmp_path):
+    """The default job and the same job with ``model.onnx`` = the ONNX export of its network (``torch_efficientnet_ref``
+    at the same width and depth, the built-in's initial weights), both under ``poprun_py --num-instances 2
+    --num-replicas 4`` with LARS: the same losses and the same final weights (by the same names), bitwise. The
+    importer runs the graph's norm + SiLU, squeeze-excitation and stochastic depth as the built-in's layers."""
+    path = builtin_export(tmp_path)
+    got, weights = {}, {}
     for name, extra in (("builtin", []), ("onnx", ["--set", f"model.onnx={path}"])):
-        ok(train(common + extra, tmp_path / name, instances=1, replicas=2))
+        ok(train(default_job(*extra), tmp_path / name, instances=2, replicas=4))
         got[name] = losses(tmp_path / name)
-    assert len(got["builtin"]) == 3 and np.all(np.isfinite(got["builtin"]))
-    np.testing.assert_allclose(got["onnx"], got["builtin"], rtol=2e-6, atol=0)
+        weights[name] = split_prefix(final_state(tmp_path / name, 4), "model")
+    assert len(got["builtin"]) == 4 and np.all(np.isfinite(got["builtin"]))
+    np.testing.assert_array_equal(got["onnx"], got["builtin"])
+    assert weights["onnx"].keys() == weights["builtin"].keys()
+    for key, value in weights["builtin"].items():
+        np.testing.assert_array_equal(weights["onnx"][key], value, err_msg=key)
+
+
+def test_an_imported_network_with_stochastic_depth_and_dropout_trains_alike_over_1x4_2x2_4x1(tmp_path):
+    """The efficientnet-tiny export at depth 0.5 (drop-connect in three blocks, dropout before the classifier):
+    1 x 4, 2 x 2 and 4 x 1 instances x replicas give the same weights, bitwise."""
+    path = builtin_export(tmp_path, depth=0.5)
+    weights = {}
+    for instances in (1, 2, 4):
+        run_dir = tmp_path / f"{instances}x{4 // instances}"
+        ok(train(default_job("--set", f"model.onnx={path}"), run_dir, instances=instances, replicas=4))
+        weights[instances] = split_prefix(final_state(run_dir, 4), "model")
+    for instances in (2, 4):
+        assert weights[instances].keys() == weights[1].keys()
+        for key, value in weights[1].items():
+            np.testing.assert_array_equal(weights[instances][key], value, err_msg=f"{instances} instances: {key}")
+
+
+def test_an_imported_network_emulates_16_16_as_the_builtin_and_resumes_bitwise(tmp_path):
+    """With the IPU's 16.16 numerics emulated (float16 compute and weights, stochastic rounding, loss scaling 128)
+    the efficientnet-tiny export trains as the built-in, bitwise; killed after update 3 and resumed from its
+    update-2 checkpoint (``--resume auto``), it ends with the uninterrupted run's losses and checkpoint
+    (weights, optimizer state), bitwise."""
+    path = builtin_export(tmp_path)
+    half = default_job("--set", "ipu.emulate_precision=true", "--set", 'ipu.precision="16.16"',
+                       "--set", "loss_scaling.initial_scale=128", "--set", "run.checkpoint_every=2",
+                       "--set", "data.replicas=2")
+    onnx_args_ = [*half, "--set", f"model.onnx={path}"]
+    ok(train(half, tmp_path / "builtin"))
+    ok(train(onnx_args_, tmp_path / "onnx"))
+    killed = train(onnx_args_, tmp_path / "resumed", fault="instance=0,at=step 3,signal=KILL")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    ok(train([*onnx_args_, "--resume", "auto"], tmp_path / "resumed"))
+    np.testing.assert_array_equal(losses(tmp_path / "onnx"), losses(tmp_path / "builtin"))
+    np.testing.assert_array_equal(losses(tmp_path / "resumed"), losses(tmp_path / "onnx"))
+    want = final_state(tmp_path / "onnx", 4)
+    assert any(k.startswith("optim/") for k in want)
+    for run in ("builtin", "resumed"):
+        got = final_state(tmp_path / run, 4)
+        assert got.keys() == want.keys(), run
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{run}: {key}")
+
+
+def test_an_imported_network_pipelines_over_two_ipus_split_at_a_named_module(tmp_path):
+    """``ipu.pipeline_splits=[features.4]`` (a torch module path of the graph's node names) cuts the graph model
+    into blocks ``input`` and ``features.4`` on two IPUs: the compile step fits each IPU's blocks, and the run
+    gives the losses of the built-in pipelined at the same place (``block4a``), bitwise."""
+    path = builtin_export(tmp_path)
+    piped = default_job("--set", "data.replicas=2", "--set", "data.grad_accum=4", "--set", "data.micro_batch=4",
+                        "--set", "ipu.ipus_per_replica=2")
+    got = {}
+    for name, extra in (("builtin", ["--set", "ipu.pipeline_splits=[block4a]"]),
+                        ("onnx", ["--set", f"model.onnx={path}", "--set", "ipu.pipeline_splits=[features.4]"])):
+        proc = train([*piped, *extra], tmp_path / name, instances=1, replicas=2, launcher=["--ipus-per-replica", "2"])
+        ok(proc)
+        got[name] = losses(tmp_path / name)
+    report = [line for line in (proc.stdout + proc.stderr).splitlines() if " features.4 " in line]
+    assert report and report[0].rstrip().endswith("yes"), proc.stdout[-3000:]  # IPU 1 holds features.4, and fits
+    assert len(got["onnx"]) == 4
+    np.testing.assert_array_equal(got["onnx"], got["builtin"])

@@ -107,9 +107,10 @@ class MBConv(nn.Module):
 
 class EfficientNetRef(nn.Module):
     def __init__(self, variant="b0", num_classes=1000, norm=None, group_size=1, expand_ratio=None,
-                 dropout=None, drop_connect=0.2, in_channels=3):
+                 dropout=None, drop_connect=0.2, in_channels=3, depth=None):
         super().__init__()
-        width, depth, default_dropout = SCALING[variant]
+        width, default_depth, default_dropout = SCALING[variant]
+        depth = default_depth if depth is None else depth
         norm = norm or norm_factory()
         stages = []
         for e, k, s, cin, cout, n in STAGES:
