@@ -38,7 +38,8 @@ import numpy as np
 import poprun_py as popdist
 from launch.study import meta as study_meta, report as study_report
 from launch.study.grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
-                               make_point, points_in_group, scaling_source, sweep_candidates, with_replicas)
+                               make_point, points_in_group, scaling_source, sweep_candidates, widened_candidate,
+                               with_replicas)
 from launch.study.meta import RESULTS, portable, read_rows
 from launch.study.point import point_config, run_point
 from launch.study.provenance import code_state, file_sha256, mismatches
@@ -173,6 +174,15 @@ class StudyRun:
         if rule.factors:
             swept = [self.execute(make_point(study, group, lr, study.sweep_seed, "sweep")) for lr in candidates]
             pick = choose_lr(swept)
+            for _ in range(rule.widen):  # the best at an end: one more candidate beyond it, until it is inside
+                extra = None if pick is None else widened_candidate(swept, pick)
+                if extra is None:
+                    break
+                logger.info("%s: the best rate %.4g sits at an end of %s: widening the sweep to %.4g.", group.key,
+                            pick[0], sorted(r["lr"] for r in swept), extra)
+                candidates = sorted([*candidates, extra])
+                swept.append(self.execute(make_point(study, group, extra, study.sweep_seed, "sweep")))
+                pick = choose_lr(swept)
             self.chosen[group.key] = pick[0] if pick else None
             self.keep_chosen_snapshots(swept, pick[0] if pick else None)
             if pick is None:

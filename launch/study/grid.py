@@ -37,13 +37,16 @@ LR_MODES = ("fixed", "linear", "sqrt", "sweep")
 class LrRule:
     """How a group gets its learning rate. ``rule`` scales ``base_lr`` from ``base_batch`` (``fixed``,
     ``linear``, ``sqrt``); ``factors`` (a sweep) multiply that centre into candidates; ``from_arm``
-    takes ``base_lr`` and ``base_batch`` from another arm's chosen rate in the same variant."""
+    takes ``base_lr`` and ``base_batch`` from another arm's chosen rate in the same variant; ``widen``: where
+    the sweep's best sits at an end of its candidates, up to that many more candidates beyond it, each one
+    grid step (the ratio of the two candidates at that end) further, until the best is inside."""
 
     rule: str = "fixed"
     base_lr: float = 0.1
     base_batch: int = 0
     factors: tuple[float, ...] = ()
     from_arm: str = ""
+    widen: int = 0
 
     @property
     def mode(self) -> str:
@@ -221,7 +224,13 @@ def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
     lr_raw = {"base_lr": lr} if isinstance(lr, (int, float)) else dict(lr)
     if "factors" in lr_raw:
         lr_raw["factors"] = tuple(float(f) for f in lr_raw["factors"])
+    unknown = sorted(set(lr_raw) - {"rule", "base_lr", "base_batch", "factors", "from_arm", "widen"})
+    if unknown:
+        raise ValueError(f"{where}.lr: unknown key {unknown[0]!r}; lr has rule, base_lr, base_batch, factors, "
+                         "from_arm, widen")
     rule = LrRule(**lr_raw)
+    if rule.widen < 0 or (rule.widen and len(rule.factors) < 2):
+        raise ValueError(f"{where}.lr.widen={rule.widen!r}: a number >= 0, for a sweep of at least two factors")
     if rule.rule not in LR_MODES[:3]:
         raise ValueError(f"{where}.lr.rule={rule.rule!r} must be one of fixed, linear, sqrt")
     if rule.rule != "fixed" and not rule.base_batch and not rule.from_arm:
@@ -347,6 +356,17 @@ def choose_lr(rows: list[dict]) -> tuple[float, bool] | None:
     best = max(ok, key=lambda r: (r["final_val_accuracy"], -r["final_val_loss"]))
     rates = sorted(r["lr"] for r in rows)
     return best["lr"], len(rates) > 1 and best["lr"] in (rates[0], rates[-1])
+
+
+def widened_candidate(rows: list[dict], pick: tuple[float, bool]) -> float | None:
+    """The next candidate beyond the end of a sweep where its best ``pick`` sits (one grid step further,
+    the ratio of the two candidates at that end), or None when the best is inside."""
+    rates = sorted({r["lr"] for r in rows})
+    if not pick[1] or len(rates) < 2:
+        return None
+    if pick[0] == rates[-1]:
+        return float(f"{rates[-1] * rates[-1] / rates[-2]:.6g}")
+    return float(f"{rates[0] * rates[0] / rates[1]:.6g}")
 
 
 def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) -> list[str]:

@@ -139,7 +139,7 @@ def results_table(study: Study, summaries: list[Summary], variant) -> list[str]:
              f"test acc % |{f' Δ test vs {ref} (points) |' if ref else ''} reached {100 * study.target_accuracy:.0f} % "
              f"(validation) | epochs to target | updates to target | CPU s per run | CPU s to target | {study.pod} s to "
              "target (predicted) |",
-             "|" + " --- |" * (14 + bool(ref))]
+             "|" + " --- |" * (13 + bool(ref))]
     for s in (x for x in summaries if x.group.variant == variant):
         r0 = s.rows[0] if s.rows else {}
         split = f"{r0.get('micro_batch', '-')} x {r0.get('grad_accum', '-')} x {r0.get('replicas', '-')}"

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from launch.study.grid import (choose_lr, count_points, groups, load_study, make_point, pod_split, scaled_lr,
-                               split_batch, study_from_dict, sweep_candidates, variants_of)
+                               split_batch, study_from_dict, sweep_candidates, variants_of, widened_candidate)
 from launch.study.trajectory import grid_axes, pca_plane, snapshot_every
 
 
@@ -68,6 +68,36 @@ def test_choose_lr_best_accuracy_and_edge():
     assert choose_lr(rows[2:]) is None
 
 
+def test_widened_candidate_one_grid_step_past_the_end_of_the_best():
+    rows = [{"lr": lr} for lr in (0.1, 0.2, 0.4)]
+    assert widened_candidate(rows, (0.4, True)) == 0.8
+    assert widened_candidate(rows, (0.1, True)) == 0.05
+    assert widened_candidate(rows, (0.2, False)) is None
+    assert widened_candidate(rows + [{"lr": 0.8}], (0.8, True)) == 1.6
+
+
+def test_a_sweep_widens_until_its_best_is_inside(monkeypatch):
+    """The run trains one candidate more beyond the end where the best sits, up to ``widen`` times, and the
+    fresh seeds train at the widened sweep's winner."""
+    from launch.study import cli
+
+    study = _study(batches=[32], seeds=[1], arms={"sgd": {"lr": {"base_lr": 0.1, "factors": [0.5, 1, 2], "widen": 3}}})
+    accuracy = {0.05: 0.70, 0.1: 0.75, 0.2: 0.80, 0.4: 0.85, 0.8: 0.82, 1.6: 0.5}
+    trained = []
+
+    def execute(self, point):
+        trained.append((point.phase, point.lr))
+        return {"id": point.id, "lr": point.lr, "status": "ok", "final_val_accuracy": accuracy[point.lr],
+                "final_val_loss": 1 - accuracy[point.lr]}
+
+    monkeypatch.setattr(cli.StudyRun, "execute", execute)
+    run = object.__new__(cli.StudyRun)
+    run.study, run.chosen, run.lead = study, {}, False
+    run.run_group(groups(study)[0])
+    assert trained == [("sweep", 0.05), ("sweep", 0.1), ("sweep", 0.2), ("sweep", 0.4), ("sweep", 0.8), ("seeds", 0.4)]
+    assert run.chosen == {groups(study)[0].key: 0.4}
+
+
 def test_variants_are_the_product_of_axes():
     vs = variants_of({"run.epochs": [2, 4], "w": [{"label": "short", "set": {"schedule.warmup_epochs": 0.1}}]}, "x")
     assert [v.label for v in vs] == ["run.epochs=2, short", "run.epochs=4, short"]
@@ -89,6 +119,10 @@ def test_spec_errors_name_the_key():
         _study(validation_fraction=0)
     with pytest.raises(ValueError, match="claims.0.: arm 'nope'"):
         _study(claims=[{"arm": "nope", "reference": "sgd", "above": 0}])
+    with pytest.raises(ValueError, match="unknown key 'widden'"):
+        _study(arms={"a": {"lr": {"base_lr": 0.1, "factors": [1, 2], "widden": 1}}})
+    with pytest.raises(ValueError, match="widen=1"):
+        _study(arms={"a": {"lr": {"base_lr": 0.1, "widen": 1}}})
     with pytest.raises(ValueError, match="above and/or below"):
         _study(claims=[{"arm": "big", "reference": "sgd"}])
 
