@@ -61,11 +61,13 @@ def ring_all_reduce_s(nbytes: float, members: int, bytes_per_s: float, step_s: f
     return 2 * (members - 1) / members * nbytes / bytes_per_s + 2 * (members - 1) * step_s
 
 
-def calibrate_outer_ring(gradient_bytes: float, delta_s: float, small: int, large: int, step_s: float) -> float:
+def calibrate_outer_ring(gradient_bytes: float, delta_s: float, small: int, large: int, small_step_s: float,
+                         large_step_s: float) -> float:
     """The outer ring's rate that makes ``large`` domains take ``delta_s`` longer than ``small`` domains
-    for the same gradient: solves ``ring_all_reduce_s(large) - ring_all_reduce_s(small) = delta_s``."""
+    for the same gradient (ring steps of ``large_step_s`` and ``small_step_s``): solves
+    ``ring_all_reduce_s(large) - ring_all_reduce_s(small) = delta_s``."""
     traffic = (2 * (large - 1) / large - 2 * (small - 1) / small) * gradient_bytes
-    latency = 2 * (large - small) * step_s
+    latency = 2 * (large - 1) * large_step_s - 2 * (small - 1) * small_step_s
     if delta_s <= latency or traffic <= 0:
         raise ValueError(f"cannot calibrate the outer ring: {delta_s * 1e3:.3f} ms is not more than the "
                          f"{latency * 1e3:.3f} ms of ring-step latency between {small} and {large} domains")
@@ -82,7 +84,7 @@ MK2_CLOCK_HZ = 1.33e9  # the calibration's chip (ipu.specs.MK2_GC200)
 # replica: 1.794 ms more per step for 25.6 MB more of the outer ring's traffic -> about 14.2 GB/s.
 OUTER_RING_BYTES_PER_S = calibrate_outer_ring(
     RESNET50_PARAMS * MLPERF_GRADIENT_BYTES, mlperf_v11.outer_ring_delta_s(), 2, 4,
-    outer_step_s(256, MK2_CLOCK_HZ))
+    outer_step_s(128, MK2_CLOCK_HZ), outer_step_s(256, MK2_CLOCK_HZ))
 
 
 def all_reduce_s(ipu_bytes: list[float], replicas: int, domains: int, spec: IpuSpec, total_ipus: int) -> float:
