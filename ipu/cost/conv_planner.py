@@ -219,20 +219,25 @@ def grid_for(p: ConvProblem, v: _Vertex, splits: np.ndarray) -> dict[str, np.nda
     return grid
 
 
-def _on_unique_shares(cycles, *shares: np.ndarray) -> np.ndarray:
-    """``cycles(*shares)`` evaluated once per distinct tile share: a vertex's cycles depend only on
-    the tile's share of each dimension, and many integer splits give the same share."""
-    radices = [int(np.max(s)) + 1 for s in shares]
-    key = np.zeros(len(shares[0]), dtype=np.int64)
-    if math.prod(radices) < 2**62:  # one integer per tuple of shares (mixed radix)
-        for share, radix in zip(shares, radices):
-            key = key * radix + share
-    else:  # the codes of each share's distinct values instead
-        for share in shares:
-            values, code = np.unique(share, return_inverse=True)
-            key = key * len(values) + code.ravel()
+def _per_distinct(function, *arrays: np.ndarray):
+    """``function(*arrays)`` evaluated once per distinct tuple of values and spread back: a vertex's
+    cycles depend only on the tile's share of each dimension, a reduction only on its partials and
+    depth, and many integer splits give the same. ``function`` returns an array or a tuple of arrays."""
+    radices = [int(np.max(a)) + 1 for a in arrays]
+    key = np.zeros(len(arrays[0]), dtype=np.int64)
+    if math.prod(radices) < 2**62:  # one integer per tuple of values (mixed radix)
+        for values, radix in zip(arrays, radices):
+            key = key * radix + values
+    else:  # the codes of each array's distinct values instead
+        for values in arrays:
+            distinct, code = np.unique(values, return_inverse=True)
+            key = key * len(distinct) + code.ravel()
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return np.asarray(cycles(*(np.asarray(s)[first] for s in shares)), dtype=float)[inverse.ravel()]
+    out = function(*(np.asarray(a)[first] for a in arrays))
+    inverse = inverse.ravel()
+    if isinstance(out, tuple):
+        return tuple(np.asarray(o)[inverse] for o in out)
+    return np.asarray(out, dtype=float)[inverse]
 
 
 def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter, rows_t, cols_t, half: bool,
@@ -262,7 +267,7 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     field = rows_t * cols_t
     workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
     kh, kw = p.kernel
-    matrix = _on_unique_shares(lambda g, ig, og, rows, cols: _vertex_cycles(p, v, spec, g, ig, og, rows, cols, half,
+    matrix = _per_distinct(lambda g, ig, og, rows, cols: _vertex_cycles(p, v, spec, g, ig, og, rows, cols, half,
                                                                            half_partials),
                                g_t, ig_t, og_iter, rows_t, cols_t)
     if slic:
@@ -281,7 +286,8 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     w_bytes = (weights - weights // (grid["rows"] * grid["cols"])) * act_bytes * serial
     exchange = np.ceil(in_bytes / (spec.exchange_bytes_per_cycle * bus)) + np.ceil(
         w_bytes / spec.exchange_bytes_per_cycle)
-    reduce, reduce_x, reduce_bytes, stages, reduce_temp = _reduction(partials, i_s, workers, half)
+    reduce, reduce_x, reduce_bytes, stages, reduce_temp = _per_distinct(
+        lambda parts, depth: _reduction(parts, depth, workers, half), partials, i_s)
     # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
     rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
     copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes)
