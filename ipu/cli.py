@@ -164,7 +164,7 @@ def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None, profi
         "precision": plan.precision, "step_time_s": p.step_time_s, "images_per_s": p.images_per_s,
         "epochs": epochs, "time_to_train_h": p.time_to_train_s(epochs) / 3600, "utilisation": p.utilisation(),
         "flops_per_image": p.flops_per_image, "breakdown_s": dict(p.breakdown),
-        "host_io_total_s": p.host_io_total_s, "io_overlapped": p.io_overlapped,
+        "host_io_total_s": p.host_io_total_s, "host_copy_s": p.host_copy_s, "io_overlapped": p.io_overlapped,
         "stages": [{"ipu": s.ipu, **{k.lower() + "_s": v for k, v in s.seconds().items()},
                     "cycles_per_micro_batch": s.per_micro_batch.as_dict(),
                     "compute_sets_per_micro_batch": s.per_micro_batch.compute_sets,
@@ -222,8 +222,9 @@ def format_prediction(p: Prediction, epochs: float | None = None) -> str:
     return (
         f"step (one weight update) {step * 1e3:.2f} ms: {parts}\n"
         f"per micro-batch: {stages}\n"
-        f"host IO {p.host_io_total_s * 1e3:.2f} ms per update, "
-        f"{'overlapped with' if p.io_overlapped else 'added to'} compute\n"
+        f"host input per update: the hosts' NICs {p.host_io_total_s * 1e3:.2f} ms (a bound on the step, not added), "
+        f"the copy into the tiles {p.host_copy_s * 1e3:.2f} ms "
+        f"({'on the IO tiles, overlapped with compute' if p.io_overlapped else 'added to the step'})\n"
         f"throughput {p.images_per_s:,.0f} images/s for the POD ({p.utilisation():.1%} of peak FLOP/s, "
         f"{p.flops_per_image / 1e9:.1f} GFLOP per image)\n"
         f"time to train {epochs:g} epochs of {p.plan.dataset_images:,} images: {p.time_to_train_s(epochs) / 3600:.2f} h"
