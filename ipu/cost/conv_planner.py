@@ -5,8 +5,9 @@ over the tiles along its conv groups, field (batch x rows, columns), input chann
 output channels; each tile runs one vertex on its share; partial sums split over input
 channels are reduced across tiles afterwards. It scores every partition as exchange + vertex
 + reduction + layout-transform cycles and keeps the cheapest whose temporary memory fits in
-the available-memory proportion of a tile. ``plan_conv`` does the same over a grid of
-partitions (scored at once with numpy) with the vertex estimates of ``ipu.cost.vertices``.
+the available-memory proportion of a tile. ``plan_conv`` does the same over every integer split of
+every dimension, as poplibs (``integer_splits``), scored at once with numpy with the vertex
+estimates of ``ipu.cost.vertices``.
 
 A training step runs three planned operations per layer (``conv_passes``): forward, the input
 gradient (``bwd``: the convolution of the output gradient with the transposed, flipped
@@ -243,7 +244,7 @@ def _per_distinct(function, *arrays: np.ndarray):
 def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter, rows_t, cols_t, half: bool,
                    half_partials: bool):
     """The conv vertex one tile runs for its share (arrays of shares)."""
-    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
+    workers = spec.threads_per_tile
     kh, kw = p.kernel
     field = rows_t * cols_t
     if v.method == "SLIC":
@@ -265,11 +266,11 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     g_t, rows_t, cols_t, ig_t = grid["g_t"], grid["rows_t"], grid["cols_t"], grid["ig_t"]
     og_iter = -(-grid["og_t"] // serial)  # output groups per serial iteration
     field = rows_t * cols_t
-    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
+    workers = spec.threads_per_tile
     kh, kw = p.kernel
     matrix = _per_distinct(lambda g, ig, og, rows, cols: _vertex_cycles(p, v, spec, g, ig, og, rows, cols, half,
-                                                                           half_partials),
-                               g_t, ig_t, og_iter, rows_t, cols_t)
+                                                                       half_partials),
+                           g_t, ig_t, og_iter, rows_t, cols_t)
     if slic:
         channels_in = channels_out = g_t * v.group_combine
         weights = channels_in * kh * kw

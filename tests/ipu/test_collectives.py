@@ -8,7 +8,7 @@ from ipu.cost import collectives, mlperf_v11
 from ipu.cost.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES
 from ipu.cost.prediction import predict, stage_costs
 from ipu.pipeline.split import split_stages
-from ipu.plan import PRESETS, IpuPlan, load_profile
+from ipu.plan import PRESETS, IpuPlan
 from ipu.specs import MK2_GC200
 
 
