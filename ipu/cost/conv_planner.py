@@ -14,7 +14,7 @@ gradient (``bwd``: the convolution of the output gradient with the transposed, f
 weights) and the weight gradient (``wu``: a matrix product over batch x output positions,
 as poplibs turns it into one by moving those dimensions into the input channels).
 
-Not modelled (labelled in ``docs/ipu.md``): serial splits, splits of the kernel, the planner's
+Not modelled (labelled in ``docs/ipu.md``): serial splits other than of the output channels, splits of the kernel, the planner's
 own choice among layout transforms (each pass gets the rearrangements poplibs charges it by
 default), and stride > 1 in the input-gradient pass (its field is the forward output's).
 """
