@@ -244,7 +244,7 @@ def _per_distinct(function, *arrays: np.ndarray):
 def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter, rows_t, cols_t, half: bool,
                    half_partials: bool):
     """The conv vertex one tile runs for its share (arrays of shares)."""
-    workers = spec.threads_per_tile
+    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
     kh, kw = p.kernel
     field = rows_t * cols_t
     if v.method == "SLIC":
