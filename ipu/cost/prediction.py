@@ -26,7 +26,7 @@ from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
 from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
 from ipu.pipeline.schedule import recomputes
-from ipu.pipeline.split import StageSplit, replica_schedule, split_stages
+from ipu.pipeline.split import StageSplit, first_layer_of, replica_schedule, split_stages
 from ipu.pipeline.timeline import slot_durations
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
@@ -174,17 +174,18 @@ def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
 def recomputed_layers(plan: IpuPlan, layers: Sequence[LayerProfile], stage: int, num_stages: int) -> int:
     """How many of a stage's leading layers it recomputes: all on every stage that recomputes
     (``ipu.pipeline.schedule.recomputes``), except that a single-IPU replica stops at
-    ``plan.recompute_until``, the first block whose activations it keeps (the recipe's last checkpoint)."""
+    ``plan.recompute_until``, the first block (or module) whose activations it keeps (the recipe's last
+    checkpoint)."""
     if not recomputes(stage, num_stages, plan.recompute):
         return 0
     if not plan.recompute_until:
         return len(layers)
-    for i, layer in enumerate(layers):
-        if layer.block == plan.recompute_until:
-            return i
-    blocks = list(dict.fromkeys(layer.block for layer in layers))
-    raise ValueError(f"recompute_until {plan.recompute_until!r} is not a block of {plan.model}: choose one of "
-                     f"{', '.join(blocks)}")
+    first = first_layer_of(layers, plan.recompute_until)
+    if first is None:
+        blocks = list(dict.fromkeys(layer.block for layer in layers))
+        raise ValueError(f"recompute_until {plan.recompute_until!r} is not a block or module of {plan.model}: choose "
+                         f"one of {', '.join(blocks)} (or a module path in their layer names)")
+    return first
 
 
 def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[StageCost]:

@@ -116,7 +116,8 @@ def stashed_elems(
         in_flight = schedule.max_in_flight(s)
         stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
         if recomputes(s, split.num_stages, schedule.recompute) and split.num_stages == 1:
-            kept = next((i for i, layer in enumerate(layers) if layer.block == recompute_until), len(layers))
+            kept = first_layer_of(layers, recompute_until) if recompute_until else None
+            kept = len(layers) if kept is None else kept
             tensors = _block_checkpoints(layers[:kept], stage_input) if kept else {}
             if kept < len(layers):
                 tail_input = layers[kept - 1].activation_elems if kept else stage_input
@@ -128,6 +129,15 @@ def stashed_elems(
             tensors = _saved_by_block(layers, in_flight, f" x{in_flight}", stage_input)
         out.append(tensors)
     return out
+
+
+def first_layer_of(layers: Sequence[LayerProfile], name: str) -> int | None:
+    """Index of the first layer of block or module ``name``: a layer whose block is ``name``, or whose
+    name has it as a path component (an ONNX node ``/layer3/layer3.4/conv1/Conv`` is in ``layer3.4``)."""
+    for i, layer in enumerate(layers):
+        if layer.block == name or name in layer.name.split("/"):
+            return i
+    return None
 
 
 def ipu_saved_elems(layers: Sequence[LayerProfile], input_elems: int) -> list[int]:

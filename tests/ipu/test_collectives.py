@@ -89,7 +89,7 @@ def test_recomputation_stops_at_the_named_block(resnet50_profile):
     assert stage.recomp.total == pytest.approx(sum(c.fwd.total for c in stage.layers[:first_kept]))
     (whole,) = stage_costs(replace(plan, recompute_until=""), resnet50_profile, split_stages(resnet50_profile, 1, ()))
     assert whole.recomputed == len(resnet50_profile) and whole.recomp.total > stage.recomp.total
-    with pytest.raises(ValueError, match="recompute_until 'layer9' is not a block of resnet50: choose one of stem"):
+    with pytest.raises(ValueError, match="recompute_until 'layer9' is not a block or module of resnet50: choose one of stem"):
         predict(replace(plan, recompute_until="layer9"), resnet50_profile)
 
 
