@@ -3,7 +3,8 @@
     poprun-ipu predict --preset g16-b4-pod64 [--chip bow] [--json]
     poprun-ipu predict --all --chip mk2 --report-dir out/   # also writes memory and timeline PNGs
     poprun-ipu profile --preset g16-b4-pod256 --chip mk2 --out docs/img   # table + PNG
-    poprun-ipu validate                                      # ResNet-50 vs public figures
+    poprun-ipu validate                                      # components and ResNet-50 vs public figures
+    poprun-ipu validate --sensitivity [--preset NAME ...]    # each assumed constant at x0.5 and x1.5
 
 ``predict`` exits with status 1 when a plan does not fit in IPU memory (after printing everything,
 the hypothetical prediction included) and names the plans on stderr; 2 is a usage error.
@@ -44,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--preset", choices=sorted(PRESETS), required=True, help="a named configuration")
     q.add_argument("--out", type=Path, default=Path("."), help="directory for profile_<preset>_<chip>.png")
     q.add_argument("--top", type=int, default=25, help="layers per IPU in the table, most expensive first (0: all)")
-    v = sub.add_parser("validate", help="compare predictions with public ResNet-50 measurements")
+    v = sub.add_parser("validate", help="compare the model's parts and ResNet-50 predictions with public figures")
+    v.add_argument("--sensitivity", action="store_true",
+                   help="instead: how each assumed constant at x0.5 and x1.5 moves each preset's step time")
+    v.add_argument("--preset", action="append", choices=sorted(PRESETS), dest="presets",
+                   help="with --sensitivity: only this preset (repeatable; default: every preset)")
     for s in (p, q, v):
         s.add_argument("--chip", choices=sorted(CHIPS), help="the IPU (default: the preset's; validate: all)")
         s.add_argument("--json", action="store_true", help="print the figures as JSON (a stable interface)")
@@ -104,17 +109,44 @@ def show_profile(name: str, prediction: Prediction, chip: str, out: Path, as_jso
 
 
 def _validate(args) -> int:
-    from ipu.cost.validation import comparisons, format_comparisons
+    if args.sensitivity:
+        return _sensitivity(args)
+    if args.presets:
+        print("poprun-ipu validate: --preset goes with --sensitivity (validate compares fixed presets); "
+              "add --sensitivity or drop --preset", file=sys.stderr)
+        return 2
+    from ipu.cost.validation import comparisons, components, format_comparisons, format_components
 
     rows = comparisons(args.chip)
+    parts = components()
     if args.json:
-        print(json.dumps({"schema": JSON_SCHEMA, "comparisons": [
+        print(json.dumps({"schema": JSON_SCHEMA, "components": [
+            {"component": c.component, "unit": c.unit, "model": c.model, "public": c.public, "ratio": c.ratio,
+             "source": c.source, "calibration": c.calibration} for c in parts], "comparisons": [
             {"preset": c.figure.preset, "chip": c.figure.chip, "quantity": c.figure.quantity,
              "predicted": c.predicted, "predicted_without_host_io": c.predicted_without_host_io,
              "published": c.figure.value, "ratio": c.ratio, "source": c.figure.source, "note": c.figure.note}
             for c in rows]}, indent=1))
     else:
+        print("Components, each against its own public figure:")
+        print(format_components(parts))
+        print("\nEnd to end (ratio = predicted / published throughput, or published / predicted time):")
         print(format_comparisons(rows))
+    return 0
+
+
+def _sensitivity(args) -> int:
+    from ipu.cost.sensitivity import FACTORS, format_sensitivity, sensitivity
+
+    rows = sensitivity(args.presets or sorted(PRESETS), args.chip)
+    if args.json:
+        print(json.dumps({"schema": JSON_SCHEMA, "factors": list(FACTORS), "sensitivity": [
+            {"module": r.assumption.module, "constant": r.assumption.name, "what": r.assumption.what,
+             "value": r.assumption.value, "preset": r.preset, "chip": r.chip, "step_time_s": r.base_s,
+             "scaled_step_time_s": list(r.scaled_s), "changes": list(r.changes)} for r in rows]}, indent=1))
+    else:
+        print(f"Step time change (%) with each constant at x{FACTORS[0]:g} / x{FACTORS[1]:g}, one at a time:")
+        print(format_sensitivity(rows))
     return 0
 
 
@@ -132,7 +164,7 @@ def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None, profi
         "precision": plan.precision, "step_time_s": p.step_time_s, "images_per_s": p.images_per_s,
         "epochs": epochs, "time_to_train_h": p.time_to_train_s(epochs) / 3600, "utilisation": p.utilisation(),
         "flops_per_image": p.flops_per_image, "breakdown_s": dict(p.breakdown),
-        "host_io_total_s": p.host_io_total_s, "io_overlapped": p.io_overlapped,
+        "host_io_total_s": p.host_io_total_s, "host_copy_s": p.host_copy_s, "io_overlapped": p.io_overlapped,
         "stages": [{"ipu": s.ipu, **{k.lower() + "_s": v for k, v in s.seconds().items()},
                     "cycles_per_micro_batch": s.per_micro_batch.as_dict(),
                     "compute_sets_per_micro_batch": s.per_micro_batch.compute_sets,
@@ -190,8 +222,9 @@ def format_prediction(p: Prediction, epochs: float | None = None) -> str:
     return (
         f"step (one weight update) {step * 1e3:.2f} ms: {parts}\n"
         f"per micro-batch: {stages}\n"
-        f"host IO {p.host_io_total_s * 1e3:.2f} ms per update, "
-        f"{'overlapped with' if p.io_overlapped else 'added to'} compute\n"
+        f"host input per update: the hosts' NICs {p.host_io_total_s * 1e3:.2f} ms (a bound on the step, not added), "
+        f"the copy into the tiles {p.host_copy_s * 1e3:.2f} ms "
+        f"({'on the IO tiles, overlapped with compute' if p.io_overlapped else 'added to the step'})\n"
         f"throughput {p.images_per_s:,.0f} images/s for the POD ({p.utilisation():.1%} of peak FLOP/s, "
         f"{p.flops_per_image / 1e9:.1f} GFLOP per image)\n"
         f"time to train {epochs:g} epochs of {p.plan.dataset_images:,} images: {p.time_to_train_s(epochs) / 3600:.2f} h"

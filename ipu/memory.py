@@ -105,7 +105,7 @@ def fit(plan: IpuPlan, profile: Sequence[LayerProfile]) -> MemoryPlan:
         spec, plan.num_io_tiles, image_elems * (1 if plan.eight_bit_io else 4), plan.prefetch_micro_batches,
         plan.ipus_per_replica, plan.schedule,
     )
-    stashes = stashed_elems(profile, split, schedule, input_elems=image_elems)
+    stashes = stashed_elems(profile, split, schedule, input_elems=image_elems, recompute_until=plan.recompute_until)
     ipus = []
     for ipu in range(schedule.num_ipus):  # the stages mapped to an IPU share its tiles
         stages = [s for s in range(split.num_stages) if schedule.ipu_of(s) == ipu]

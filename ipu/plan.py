@@ -40,6 +40,8 @@ class IpuPlan:
     precision: str = "16.16"
     half_partials: bool = True  # float16 partial sums in convolutions (the recipes' enable_half_partials)
     recompute: bool = False
+    recompute_until: str = ""  # single-IPU replica: the block where recomputation stops ("": recompute all)
+    norm_span: int = 1  # replicas whose batch norms share statistics (the recipes' BN_span)
     available_memory_proportion: float = 0.6  # poplibs' default (lib/poplin/ConvOptions.hpp)
     num_io_tiles: int = 0
     prefetch_micro_batches: int = 3
@@ -63,7 +65,8 @@ class IpuPlan:
                 f"available_memory_proportion must be in (0, 1], got {self.available_memory_proportion} "
                 f"(a reasonable range is [0.05, 0.6])"
             )
-        for name in ("micro_batch", "gradient_accumulation", "replicas", "ipus_per_replica", "device_iterations"):
+        for name in ("micro_batch", "gradient_accumulation", "replicas", "ipus_per_replica", "device_iterations",
+                     "norm_span"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         _check_power_of_two("replicas", self.replicas)
@@ -75,6 +78,13 @@ class IpuPlan:
                     f"device_mapping {list(self.device_mapping)} uses IPU {max(self.device_mapping)} but a replica "
                     f"has {self.ipus_per_replica} IPUs (0..{self.ipus_per_replica - 1}): raise ipus_per_replica"
                 )
+        if self.norm_span > 1 and (self.replicas % self.norm_span or not is_power_of_two(self.norm_span)):
+            raise ValueError(f"norm_span {self.norm_span} must be a power of two dividing the {self.replicas} replicas "
+                             f"(batch norm statistics are shared by groups of neighbouring replicas)")
+        if self.recompute_until and (not self.recompute or self.num_stages > 1):
+            raise ValueError(f"recompute_until {self.recompute_until!r} names where a single-IPU replica's "
+                             f"recomputation stops: it needs recompute=True and one pipeline stage (a pipeline's "
+                             f"last stage is never recomputed); drop recompute_until")
         check_pipeline_splits(self.pipeline_splits, self.num_stages)
         check_gradient_accumulation(self.gradient_accumulation, self.num_stages)
         pod = self.pod
@@ -150,9 +160,12 @@ G16_B4 = IpuPlan(
 # Graphcore's public ResNet-50 v1.5 training recipe, graphcore/examples @ 09b7c67
 # vision/cnns/tensorflow1/training/configs.yml ``resnet50_mlperf_pod16_bs20`` (the batch 1,920 of the
 # published Bow Pod16 throughput): 16 replicas of 1 IPU, micro-batch 20, GA 6, recomputation
-# checkpoints instead of pipelining (Sequential schedule, recompute), batch norm, half partials,
-# 8-bit IO, momentum SGD, AMP 0.15, 40 epochs, 5 logs per epoch (667 updates / 5 = 133 per host
-# call); precision 16.16 as in the published table. No IO tiles are set.
+# checkpoints instead of pipelining (Sequential schedule, recompute, ``pipeline_splits`` at
+# stage1/unit1, stage1/unit3, stage2/unit1, stage2/unit3, stage3/unit1 and stage3/unit4 relu: the segment
+# after the last checkpoint, from layer3.4 on, is the pipeline's last stage and is not recomputed),
+# batch norm with ``BN_span: 2`` (statistics over 2 replicas), half partials, 8-bit IO, momentum SGD,
+# AMP 0.15, 40 epochs, 5 logs per epoch (667 updates / 5 = 133 per host call); precision 16.16 as in the
+# published table. No IO tiles are set.
 RESNET50_POD16 = IpuPlan(
     model="resnet50",
     image_size=224,
@@ -163,6 +176,8 @@ RESNET50_POD16 = IpuPlan(
     schedule="sequential",
     precision="16.16",
     recompute=True,
+    recompute_until="layer3.4",
+    norm_span=2,
     available_memory_proportion=0.15,
     num_io_tiles=0,
     eight_bit_io=True,
@@ -171,6 +186,12 @@ RESNET50_POD16 = IpuPlan(
     device_iterations=133,
     epochs=40.0,
 )
+# Graphcore's MLPerf Training v1.1 ResNet-50 submission on Mk2 (mlcommons/training_results_v1.1, configs.yml
+# ``mk2_resnet50_mlperf_pod*``; the logs, ipu.cost.mlperf_v11, record global batch, GA and BN span): micro-batch
+# 20 on every POD, LARS, the checkpoints and BN_span of the recipe above, AMP 0.15 (POD16) or 0.14; 5 logs per
+# epoch on POD16 (400 updates / 5 = 80 per host call), ``batches_per_step: 100000`` on the larger PODs.
+RESNET50_MLPERF = replace(RESNET50_POD16, gradient_accumulation=10, optimizer="lars", device_iterations=80,
+                          epochs=38.0)
 
 # Per-POD replicas and GA keep the global batch at 6144 (docs/sources.md §1.3); hosts as documented (POD16 1,
 # POD64 4) or the most the system takes (POD128 8 as in the PopRun example, POD256 16).
@@ -210,10 +231,15 @@ PRESETS: dict[str, IpuPlan] = {
     "resnet50-pod256": replace(RESNET50_POD16, system="POD256", replicas=256, gradient_accumulation=2,
                                available_memory_proportion=0.145, num_hosts=16, device_iterations=100000,
                                epochs=41.0),
-    # resnet50_mlperf_pod16_lars, the MLPerf v1.1 submission (Mk2 POD16, 38 epochs): micro-batch 22,
-    # GA 10, 16 replicas = 3,520, LARS, AMP 0.15.
-    "resnet50-mlperf-pod16": replace(RESNET50_POD16, micro_batch=22, gradient_accumulation=10,
-                                     optimizer="lars", device_iterations=72, epochs=38.0),
+    # The MLPerf v1.1 runs (Mk2): POD16 16 x 20 x GA 10 = 3,200; POD64 64 x 20 x 3 = 3,840; POD128 128 x 20 x 2 =
+    # 5,120; POD256 256 x 20 x 2 = 10,240; 38 epochs (the POD16 run's 28.3 minutes); hosts as above.
+    "resnet50-mlperf-pod16": RESNET50_MLPERF,
+    "resnet50-mlperf-pod64": replace(RESNET50_MLPERF, system="POD64", replicas=64, gradient_accumulation=3,
+                                     available_memory_proportion=0.14, num_hosts=4, device_iterations=100000),
+    "resnet50-mlperf-pod128": replace(RESNET50_MLPERF, system="POD128", replicas=128, gradient_accumulation=2,
+                                      available_memory_proportion=0.14, num_hosts=8, device_iterations=100000),
+    "resnet50-mlperf-pod256": replace(RESNET50_MLPERF, system="POD256", replicas=256, gradient_accumulation=2,
+                                      available_memory_proportion=0.14, num_hosts=16, device_iterations=100000),
 }
 
 

@@ -107,8 +107,11 @@ def open_onnx(path: str, base: IpuPlan, image_sizes: Sequence[int] = (), num_cla
         logger.warning(warning)
     model = f"onnx:{resolved.name}"
     WORKLOADS[model] = workload_of(probe)
+    # the base plan's recomputation checkpoint is a module of its own model: kept only when the graph has it
+    keeps = base.recompute_until and any(base.recompute_until in node.name.split("/") for node in probe.nodes)
     plan = replace(base, model=model, model_overrides=(), image_size=h, image_channels=c,
-                   num_classes=net.num_classes, pipeline_splits=(), device_mapping=())
+                   num_classes=net.num_classes, pipeline_splits=(), device_mapping=(),
+                   recompute_until=base.recompute_until if keeps else "")
     return source, plan
 
 

@@ -7,17 +7,23 @@ planners assume, ``IpuSpec.exchange_bytes_per_cycle``) and the compute of its sl
 ``Cycles`` keeps those parts apart (matrix-unit vertices, vector vertices, exchange, sync) so
 that the profile can show where a layer's time goes.
 
-Sources: 90 cycles per sync and 100 fixed cycles per exchange are the figures poplibs' CTC
-loss planner uses for exactly this (``lib/popnn/CTCLossPlan.cpp``: "We also sync prior to each
-exchange which has approximately the same cost each time", ``fixedOverheadExchangeCycles``).
+The fixed cost of a compute set (``superstep_fixed_cycles``): 90 cycles of sync and 100 fixed cycles of
+exchange, the figures poplibs' CTC-loss planner charges for exactly this (``lib/popnn/CTCLossPlan.cpp``:
+"We also sync prior to each exchange which has approximately the same cost each time",
+``syncCycles = 90``, ``fixedOverheadExchangeCycles``). They are a planner's estimate, not a measurement:
+poplibs' reduction planner charges ``Target::getMaxIPUSyncDelay()`` instead, whose value is Poplar's and
+not in poplibs, and the on-chip sync and exchange-latency measurements of Jia et al. (arXiv:1912.03413)
+could not be read in any available copy (only secondary summaries: a 6-cycle memory latency and a 24 %
+rise of on-chip latency under full load). ``python -m ipu validate --sensitivity`` shows how much each
+prediction depends on them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SYNC_CYCLES = 90  # CTCLossPlan.cpp syncCycles
-EXCHANGE_FIXED_CYCLES = 100  # CTCLossPlan.cpp fixedOverheadExchangeCycles
+SYNC_CYCLES = 90  # CTCLossPlan.cpp syncCycles (a planner's estimate)
+EXCHANGE_FIXED_CYCLES = 100  # CTCLossPlan.cpp fixedOverheadExchangeCycles (a planner's estimate)
 EXCHANGE_BYTES_PER_CYCLE = 4  # ipu.specs.EXCHANGE_BYTES_PER_CYCLE (same on every chip)
 CATEGORIES = ("matrix", "vector", "exchange", "sync")
 
@@ -62,3 +68,9 @@ def compute_sets(count: int, matrix: float, vector: float, exchange_cycles: floa
     return Cycles(float(matrix), float(vector), float(exchange_cycles + (EXCHANGE_FIXED_CYCLES * count
                                                                           if exchange_cycles > 0 else 0.0)),
                   float(SYNC_CYCLES * count), count)
+
+
+def superstep_fixed_cycles() -> float:
+    """What a compute set that exchanges costs before any byte moves: its sync and the fixed part of
+    its exchange (see the module docstring for the source and its limits)."""
+    return float(SYNC_CYCLES + EXCHANGE_FIXED_CYCLES)

@@ -5,15 +5,16 @@ over the tiles along its conv groups, field (batch x rows, columns), input chann
 output channels; each tile runs one vertex on its share; partial sums split over input
 channels are reduced across tiles afterwards. It scores every partition as exchange + vertex
 + reduction + layout-transform cycles and keeps the cheapest whose temporary memory fits in
-the available-memory proportion of a tile. ``plan_conv`` does the same over a grid of
-partitions (scored at once with numpy) with the vertex estimates of ``ipu.cost.vertices``.
+the available-memory proportion of a tile. ``plan_conv`` does the same over every integer split of
+every dimension, as poplibs (``integer_splits``), scored at once with numpy with the vertex
+estimates of ``ipu.cost.vertices``.
 
 A training step runs three planned operations per layer (``conv_passes``): forward, the input
 gradient (``bwd``: the convolution of the output gradient with the transposed, flipped
 weights) and the weight gradient (``wu``: a matrix product over batch x output positions,
 as poplibs turns it into one by moving those dimensions into the input channels).
 
-Not modelled (labelled in ``docs/ipu.md``): serial splits, splits of the kernel, the planner's
+Not modelled (labelled in ``docs/ipu.md``): serial splits other than of the output channels, splits of the kernel, the planner's
 own choice among layout transforms (each pass gets the rearrangements poplibs charges it by
 default), and stride > 1 in the input-gradient pass (its field is the forward output's).
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ipu.cost import bsp
 from ipu.cost import vertices as V
 from ipu.specs import IpuSpec
 from models.profile import ConvShape
@@ -33,7 +35,6 @@ from models.profile import ConvShape
 MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
 TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
 INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
-SERIAL_SET_CYCLES = 190  # a compute set's sync and fixed exchange (ipu.cost.bsp), charged per serial iteration
 
 
 @dataclass(frozen=True)
@@ -101,18 +102,28 @@ def conv_passes(shape: ConvShape, training: bool = True) -> list[ConvProblem]:
     return [fwd, bwd, wu]
 
 
-@functools.lru_cache(maxsize=None)
-def _candidates(n: int, with_threes: bool = False) -> np.ndarray:
-    """Splits tried along a dimension of ``n`` grains: powers of two (and three times them when
-    ``with_threes``) below ``n``, and ``n`` itself (one grain per tile)."""
-    values = {n}
-    k = 1
-    while k < n:
-        values.add(k)
-        if with_threes and 3 * k < n:
-            values.add(3 * k)
-        k *= 2
-    return np.array(sorted(values))
+@functools.lru_cache(maxsize=256)
+def integer_splits(limits: tuple[int, ...], tiles: int) -> np.ndarray:
+    """Every split of the planner's dimensions: one row per tuple (s_1, ..., s_k) of integers
+    with 1 <= s_j <= limits[j] and s_1 x ... x s_k <= tiles, as poplibs' planner searches them
+    (``ConvModel.cpp`` declares each level's split ``m.addVariable(1, levelMaxSplit)`` and constrains
+    the product to the tiles). Built dimension by dimension over the sorted partial products, so
+    the work is the size of the answer; read-only (cached)."""
+    splits = np.ones((1, 0), dtype=np.int64)
+    products = np.ones(1, dtype=np.int64)
+    for limit in limits:
+        order = np.argsort(products, kind="stable")
+        splits, products = splits[order], products[order]
+        parts, part_products = [], []
+        for value in range(1, min(limit, tiles) + 1):
+            keep = int(np.searchsorted(products, tiles // value, side="right"))
+            if keep == 0:
+                break
+            parts.append(np.column_stack([splits[:keep], np.full(keep, value, dtype=np.int64)]))
+            part_products.append(products[:keep] * value)
+        splits, products = np.concatenate(parts), np.concatenate(part_products)
+    splits.setflags(write=False)
+    return splits
 
 
 @dataclass(frozen=True)
@@ -184,21 +195,67 @@ SERIAL_SPLITS = (2, 4, 8, 16)
 
 
 def _grid(p: ConvProblem, v: _Vertex, tiles: int) -> dict[str, np.ndarray]:
-    slic = v.method == "SLIC"
-    grain = v.group_combine if slic else 1  # SLIC: conv groups per vertex group
+    """Every integer partition of ``p`` over at most ``tiles`` tiles with vertex ``v``."""
+    n_groups, in_grains, out_grains = _grains(p, v)
+    limits = (n_groups, p.rows, p.cols, in_grains if v.method != "SLIC" else 1, out_grains)
+    return grid_for(p, v, integer_splits(limits, tiles))
+
+
+def _grains(p: ConvProblem, v: _Vertex) -> tuple[int, int, int]:
+    """Conv groups (of the vertex's grouping), input and output channel groups to split."""
+    grain = v.group_combine if v.method == "SLIC" else 1  # SLIC: conv groups per vertex group
     n_groups = -(-(-(-p.groups // v.group_combine)) // grain)
-    in_grains = -(-p.in_chans * v.group_combine // v.in_group)
-    out_grains = -(-p.out_chans * v.group_combine // v.out_group)
-    axes = [_candidates(n_groups, True), _candidates(p.rows, True), _candidates(p.cols),
-            _candidates(in_grains) if not slic else np.array([1]), _candidates(out_grains)]
-    g_s, r_s, c_s, i_s, o_s = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
-    keep = g_s * r_s * c_s * i_s * o_s <= tiles
-    grid = {"groups": g_s[keep], "rows": r_s[keep], "cols": c_s[keep], "in": i_s[keep], "out": o_s[keep]}
+    return (n_groups, -(-p.in_chans * v.group_combine // v.in_group),
+            -(-p.out_chans * v.group_combine // v.out_group))
+
+
+def grid_for(p: ConvProblem, v: _Vertex, splits: np.ndarray) -> dict[str, np.ndarray]:
+    """The partitions ``splits`` (rows of groups, rows, cols, in, out) with each tile's share."""
+    n_groups, in_grains, out_grains = _grains(p, v)
+    grid = {k: splits[:, j] for j, k in enumerate(("groups", "rows", "cols", "in", "out"))}
     grid["used"] = grid["groups"] * grid["rows"] * grid["cols"] * grid["in"] * grid["out"]
     grid.update(g_t=-(-n_groups // grid["groups"]), rows_t=-(-p.rows // grid["rows"]),
                 cols_t=-(-p.cols // grid["cols"]), ig_t=-(-in_grains // grid["in"]),
                 og_t=-(-out_grains // grid["out"]))
     return grid
+
+
+def _per_distinct(function, *arrays: np.ndarray):
+    """``function(*arrays)`` evaluated once per distinct tuple of values and spread back: a vertex's
+    cycles depend only on the tile's share of each dimension, a reduction only on its partials and
+    depth, and many integer splits give the same. ``function`` returns an array or a tuple of arrays."""
+    radices = [int(np.max(a)) + 1 for a in arrays]
+    key = np.zeros(len(arrays[0]), dtype=np.int64)
+    if math.prod(radices) < 2**62:  # one integer per tuple of values (mixed radix)
+        for values, radix in zip(arrays, radices):
+            key = key * radix + values
+    else:  # the codes of each array's distinct values instead
+        for values in arrays:
+            distinct, code = np.unique(values, return_inverse=True)
+            key = key * len(distinct) + code.ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    out = function(*(np.asarray(a)[first] for a in arrays))
+    inverse = inverse.ravel()
+    if isinstance(out, tuple):
+        return tuple(np.asarray(o)[inverse] for o in out)
+    return np.asarray(out, dtype=float)[inverse]
+
+
+def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter, rows_t, cols_t, half: bool,
+                   half_partials: bool):
+    """The conv vertex one tile runs for its share (arrays of shares)."""
+    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
+    kh, kw = p.kernel
+    field = rows_t * cols_t
+    if v.method == "SLIC":
+        return V.slic_cycles(g_t, -(-kw // V.SLIC_WINDOW) * kh, field, cols_t, p.stride, workers,
+                             4 if units == 16 else 2, v.group_combine, half_partials)
+    passes = max(v.out_group // units, 1)
+    if kh == kw == 1 and p.stride == 1:
+        return V.amp_1x1_cycles(g_t, ig_t, og_iter, passes, field, workers, units, half, half_partials,
+                                spec.coeff_load_bytes_per_cycle)
+    return V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw, field, cols_t,
+                            workers, units, half, half_partials, spec.coeff_load_bytes_per_cycle, v.filter_height)
 
 
 def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, half_partials: bool,
@@ -209,23 +266,15 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     g_t, rows_t, cols_t, ig_t = grid["g_t"], grid["rows_t"], grid["cols_t"], grid["ig_t"]
     og_iter = -(-grid["og_t"] // serial)  # output groups per serial iteration
     field = rows_t * cols_t
-    workers, units = spec.threads_per_tile, spec.conv_units(half, half_partials)
+    workers = spec.threads_per_tile
     kh, kw = p.kernel
+    matrix = _per_distinct(lambda g, ig, og, rows, cols: _vertex_cycles(p, v, spec, g, ig, og, rows, cols, half,
+                                                                       half_partials),
+                           g_t, ig_t, og_iter, rows_t, cols_t)
     if slic:
-        grain = v.group_combine
-        matrix = V.slic_cycles(g_t, -(-kw // V.SLIC_WINDOW) * kh, field, cols_t, p.stride, workers,
-                               4 if units == 16 else 2, grain, half_partials)
-        channels_in = channels_out = g_t * grain
+        channels_in = channels_out = g_t * v.group_combine
         weights = channels_in * kh * kw
     else:
-        passes = max(v.out_group // units, 1)
-        if kh == kw == 1 and p.stride == 1:
-            matrix = V.amp_1x1_cycles(g_t, ig_t, og_iter, passes, field, workers, units, half, half_partials,
-                                      spec.coeff_load_bytes_per_cycle)
-        else:
-            matrix = V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw, field, cols_t,
-                                      workers, units, half, half_partials, spec.coeff_load_bytes_per_cycle,
-                                      v.filter_height)
         channels_in = g_t * np.minimum(ig_t * v.in_group, in_chans)
         channels_out = g_t * np.minimum(og_iter * v.out_group, out_chans)
         weights = channels_in * np.minimum(og_iter * v.out_group, out_chans) * kh * kw
@@ -238,12 +287,13 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     w_bytes = (weights - weights // (grid["rows"] * grid["cols"])) * act_bytes * serial
     exchange = np.ceil(in_bytes / (spec.exchange_bytes_per_cycle * bus)) + np.ceil(
         w_bytes / spec.exchange_bytes_per_cycle)
-    reduce, reduce_x, reduce_bytes, stages, reduce_temp = _reduction(partials, i_s, workers, half)
+    reduce, reduce_x, reduce_bytes, stages, reduce_temp = _per_distinct(
+        lambda parts, depth: _reduction(parts, depth, workers, half), partials, i_s)
     # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
     rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
     copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes)
     sets = serial * (1 + stages) + copy_sets
-    per_set = SERIAL_SET_CYCLES * (serial - 1) * (1 + stages)  # the extra iterations' syncs and exchanges
+    per_set = bsp.superstep_fixed_cycles() * (serial - 1) * (1 + stages)  # the extra iterations' sets
     return {
         "serial": serial,
         "matrix": matrix * serial,
@@ -270,31 +320,34 @@ def _input_area(p: ConvProblem, rows_t, cols_t):
     return in_rows * in_cols
 
 
+MAX_REDUCE_STAGES = 3  # vertices.reduce_stage_depths plans at most three stages
+
+
 def _reduction(partials, depth, workers: int, half: bool):
     """Cross-tile reduction of partial sums split over ``depth`` tiles (arrays, one per plan):
-    the exchange of float partials, then one reduction vertex per stage."""
-    n = len(depth)
-    reduce, exchange, nbytes, temp = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    stages = np.zeros(n, dtype=int)
-    for d in np.unique(depth):
-        if d <= 1:
-            continue
-        at = depth == d
-        plan = V.reduce_stage_depths(int(d))
-        outputs = -(-partials[at] // d)  # each of the d tiles reduces 1/d of the outputs
-        first = partials[at] * INTER_TILE_PARTIAL_BYTES
-        exchange[at] += np.ceil(first / 4)
-        nbytes[at] += first
-        temp[at] = first
-        remaining = int(d)
-        for k, stage in enumerate(plan):
-            remaining = -(-remaining // stage)
-            last = k == len(plan) - 1
-            reduce[at] += V.reduce_cycles(outputs * remaining, stage, workers, True, not half if last else True)
-            if not last:
-                exchange[at] += np.ceil(outputs * remaining * INTER_TILE_PARTIAL_BYTES / 4)
-                nbytes[at] += outputs * remaining * INTER_TILE_PARTIAL_BYTES
-        stages[at] = len(plan)
+    the exchange of float partials, then one reduction vertex per stage of
+    ``vertices.reduce_stage_depths`` (computed for every plan at once, stage by stage)."""
+    depth = np.asarray(depth)
+    values, inverse = np.unique(depth, return_inverse=True)
+    inverse = inverse.ravel()
+    plans = [V.reduce_stage_depths(int(d)) for d in values]
+    stage_of = np.array([[*plan, *(1,) * (MAX_REDUCE_STAGES - len(plan))] for plan in plans])[inverse]
+    stages = np.array([len(plan) for plan in plans])[inverse]
+    split = depth > 1
+    outputs = -(-partials // depth)  # each of the depth tiles reduces 1/depth of the outputs
+    first = np.where(split, partials * INTER_TILE_PARTIAL_BYTES, 0)
+    exchange, nbytes, temp = np.ceil(first / 4), first.astype(float), first.astype(float)
+    reduce = np.zeros(len(depth))
+    remaining = depth
+    for k in range(MAX_REDUCE_STAGES):
+        active = stages > k
+        remaining = -(-remaining // stage_of[:, k])
+        last = stages == k + 1
+        results = outputs * remaining
+        reduce += np.where(active, V.reduce_cycles(results, stage_of[:, k], workers, True, ~last | (not half)), 0)
+        later = active & ~last
+        exchange += np.where(later, np.ceil(results * INTER_TILE_PARTIAL_BYTES / 4), 0)
+        nbytes += np.where(later, results * INTER_TILE_PARTIAL_BYTES, 0)
     return reduce, exchange, nbytes, stages, temp
 
 

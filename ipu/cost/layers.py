@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ipu.cost import collectives
 from ipu.cost import vectors as VC
 from ipu.cost.bsp import Cycles, compute_set, compute_sets
 from ipu.cost.conv_planner import ConvPlan, conv_passes, plan_conv
@@ -84,6 +85,7 @@ class DeviceContext:
     half: bool  # half-precision inputs to the matrix and vector units
     half_partials: bool
     workload: Workload = Workload()
+    norm_span: int = 1  # replicas sharing batch norm statistics (a cross-replica sum per norm and pass)
 
     @property
     def workers(self) -> int:
@@ -166,6 +168,9 @@ def _norm(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     fwd = stats + VC.scalar_ops(1, ctx.workers) + VC.run(passes * fwd_passes, ctx.tiles, ctx.workers)
     bwd = (reduce_many(c, c) + reduce_many(outputs, per_tile) + VC.scalar_ops(2, ctx.workers)
            + VC.run(passes * NORM_BWD_PASSES, ctx.tiles, ctx.workers))
+    if w.norm == "batch" and ctx.norm_span > 1:  # the statistics, then their gradients, summed over replicas
+        shared = collectives.norm_statistics(c, ctx.norm_span, ctx.spec)
+        fwd, bwd = fwd + shared, bwd + shared
     return LayerCost(layer, fwd, bwd)
 
 

@@ -11,8 +11,9 @@ ring over the IPU-Links of each IPU-Link domain and the GW-Links between domains
 optimizer per weight tensor, and the host round trip per device-iteration call.
 
 Constants are named where they are used; ``docs/ipu.md`` lists each with its source (a
-poplibs file and function, a datasheet, a paper) or marks it as an assumption. None is
-fitted to a published end-to-end figure.
+poplibs file and function, a datasheet, a paper) or marks it as an assumption. One is
+calibrated, on Mk2 only (the outer all-reduce ring, ``collectives.OUTER_RING_BYTES_PER_S``); none
+is fitted to a published throughput.
 """
 
 from __future__ import annotations
@@ -20,23 +21,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ipu.cost import collectives, host_io, updates
 from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
-from ipu.cost.updates import HOST_CALL_S, accumulate, optimizer_step, weight_tensors
+from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
 from ipu.pipeline.schedule import recomputes
-from ipu.pipeline.split import StageSplit, replica_schedule, split_stages
+from ipu.pipeline.split import StageSplit, first_layer_of, replica_schedule, split_stages
 from ipu.pipeline.timeline import slot_durations
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
-from ipu.specs import PodSpec, get_chip
+from ipu.specs import get_chip
 from models.profile import LayerProfile
 
-IPU_SYNC_S = 2e-6  # assumed: a sync across the IPUs of a replica, once per pipeline slot
 INTER_STAGE_LINKS = 2  # assumed: IPU-Links carrying activations between adjacent pipeline stages
-LINK_EFFICIENCY = 0.7  # assumed: fraction of IPU-Link / GW-Link bandwidth a transfer achieves
-ALLREDUCE_RING_LINKS = 2  # assumed: IPU-Links each IPU drives in the all-reduce ring
-ALLREDUCE_STEP_LATENCY_S = 2e-6  # assumed: fixed cost of one ring step (sync + descriptor setup)
-HOST_LINK_EFFICIENCY = 0.7  # assumed: fraction of the host link / host NIC bandwidth streaming achieves
 BREAKDOWN = (*CATEGORIES, "pipeline_bubble", "host_io", "all_reduce", "weight_update", "host_call")
 
 
@@ -46,15 +43,23 @@ class StageCost:
 
     ipu: int
     layers: tuple[LayerCost, ...]
-    recompute: bool
+    recomputed: int  # the first ``recomputed`` layers are recomputed before backward (0: none)
     send_s: float  # activations (forward) or gradients (backward) to the neighbouring stage
     accumulate: Cycles  # per micro-batch
     optimizer: dict[str, Cycles]  # per weight update
     clock_hz: float
 
     @property
+    def recompute(self) -> bool:
+        return self.recomputed > 0
+
+    @property
     def fwd(self) -> Cycles:
         return sum((c.fwd for c in self.layers), Cycles())
+
+    @property
+    def recomp(self) -> Cycles:
+        return sum((c.fwd for c in self.layers[:self.recomputed]), Cycles())
 
     @property
     def bwd(self) -> Cycles:
@@ -62,13 +67,13 @@ class StageCost:
 
     @property
     def per_micro_batch(self) -> Cycles:
-        return self.fwd + self.bwd + (self.fwd if self.recompute else Cycles())
+        return self.fwd + self.bwd + self.recomp
 
     def seconds(self) -> dict[str, float]:
         """The schedule's operations on this stage, in seconds: FWD, RECOMP (if any), BWD."""
         out = {"FWD": self.fwd.total / self.clock_hz + self.send_s, "BWD": self.bwd.total / self.clock_hz + self.send_s}
         if self.recompute:
-            out["RECOMP"] = self.fwd.total / self.clock_hz
+            out["RECOMP"] = self.recomp.total / self.clock_hz
         return out
 
     @property
@@ -82,19 +87,21 @@ class Prediction:
 
     ``breakdown`` (seconds per weight update) sums to ``step_time_s``: the bottleneck stage's
     matrix, vector, exchange and sync time over all micro-batches, the ``pipeline_bubble``
-    (ramp-up/down and stage imbalance beyond that), ``host_io`` (the part not hidden behind
-    compute), ``all_reduce``, ``weight_update`` (the optimizer on the busiest IPU) and
-    ``host_call`` (the host round trip, per device-iteration call, spread over its updates).
+    (ramp-up/down and stage imbalance beyond that), ``host_io`` (what host input adds: the copy into
+    the tiles without IO tiles, and whatever the hosts' NICs need beyond the rest of the step),
+    ``all_reduce``, ``weight_update`` (the optimizer on the busiest IPU) and ``host_call`` (the host
+    round trip, per device-iteration call, spread over its updates).
     """
 
     plan: IpuPlan
     breakdown: dict[str, float]
     stage_seconds: tuple[float, ...]  # one micro-batch's FWD+RECOMP+BWD on each stage
     stage_costs: tuple[dict[str, float], ...]  # per stage: seconds of "FWD", "RECOMP", "BWD"
-    host_io_total_s: float  # all host IO of the update, hidden or not
+    host_io_total_s: float  # the hosts' NIC time of the update's input (a bound on the step)
     io_overlapped: bool
     flops_per_image: float
     stages: tuple[StageCost, ...] = ()
+    host_copy_s: float = 0.0  # one replica's copy of the update's input into the tiles
 
     @property
     def step_time_s(self) -> float:
@@ -121,7 +128,7 @@ def device_context(plan: IpuPlan) -> DeviceContext:
     half = get_precision(plan.precision).half_compute
     return DeviceContext(get_chip(plan.chip), get_chip(plan.chip).tiles - plan.num_io_tiles,
                          plan.available_memory_proportion, half, half and plan.half_partials,
-                         workload_for(plan.model, plan.model_overrides))
+                         workload_for(plan.model, plan.model_overrides), plan.norm_span)
 
 
 def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
@@ -132,28 +139,28 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
     schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
                                 plan.device_mapping)
     seconds = [s.seconds() for s in stages]
-    pipeline_s = sum(slot_durations(schedule, seconds, sync_s=IPU_SYNC_S if split.num_stages > 1 else 0.0))
+    sync_s = collectives.global_sync_s(plan.ipus_per_replica) if split.num_stages > 1 else 0.0
+    pipeline_s = sum(slot_durations(schedule, seconds, sync_s=sync_s))
     per_mb = [sum(c.values()) for c in seconds]
     per_ipu = _per_ipu(schedule, per_mb)  # stages sharing an IPU (device_mapping) add up on it
     worst = max(range(len(per_ipu)), key=per_ipu.__getitem__)
     n = plan.gradient_accumulation
     clock = pod.chip.clock_hz
-    io_total = _host_io_s(plan, pod)
-    overlapped = plan.num_io_tiles > 0 and (plan.ipus_per_replica == 1 or plan.schedule == "grouped")
-    breakdown = dict.fromkeys(CATEGORIES, 0.0)
+    breakdown = dict.fromkeys(BREAKDOWN, 0.0)
     for busiest in (s for s in stages if schedule.ipu_of(s.ipu) == worst):
         for category, cycles in busiest.per_micro_batch.as_dict().items():
             breakdown[category] += n * cycles / clock
         breakdown["exchange"] += n * 2 * busiest.send_s  # activations out, gradients back
     breakdown["pipeline_bubble"] = max(0.0, pipeline_s - n * per_ipu[worst])
-    breakdown["host_io"] = max(0.0, io_total - pipeline_s) if overlapped else io_total
-    breakdown["all_reduce"] = _all_reduce_s(plan, pod, profile, split)
+    breakdown["all_reduce"] = _all_reduce_s(plan, profile, split)
     breakdown["weight_update"] = max(_per_ipu(schedule, [s.optimizer_s for s in stages]))
-    breakdown["host_call"] = HOST_CALL_S / plan.device_iterations
+    breakdown["host_call"] = updates.HOST_CALL_S / plan.device_iterations
+    nic, copy, overlapped = host_io.nic_s(plan, pod), host_io.copy_s(plan, pod), host_io.overlaps(plan)
+    breakdown["host_io"] = host_io.exposed_s(sum(breakdown.values()), nic, copy, overlapped)
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
-    flops += sum(layer.flops_fwd for layer, s in zip(profile, split.layer_stage)
-                 if recomputes(s, split.num_stages, plan.recompute)) / plan.micro_batch
-    return Prediction(plan, breakdown, tuple(per_mb), tuple(seconds), io_total, overlapped, flops, tuple(stages))
+    recomputed = [layer for s in stages for layer in s.layers[:s.recomputed]]
+    flops += sum(c.layer.flops_fwd for c in recomputed) / plan.micro_batch
+    return Prediction(plan, breakdown, tuple(per_mb), tuple(seconds), nic, overlapped, flops, tuple(stages), copy)
 
 
 def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
@@ -164,13 +171,30 @@ def _per_ipu(schedule, per_stage: Sequence[float]) -> list[float]:
     return out
 
 
+def recomputed_layers(plan: IpuPlan, layers: Sequence[LayerProfile], stage: int, num_stages: int) -> int:
+    """How many of a stage's leading layers it recomputes: all on every stage that recomputes
+    (``ipu.pipeline.schedule.recomputes``), except that a single-IPU replica stops at
+    ``plan.recompute_until``, the first block (or module) whose activations it keeps (the recipe's last
+    checkpoint)."""
+    if not recomputes(stage, num_stages, plan.recompute):
+        return 0
+    if not plan.recompute_until:
+        return len(layers)
+    first = first_layer_of(layers, plan.recompute_until)
+    if first is None:
+        blocks = list(dict.fromkeys(layer.block for layer in layers))
+        raise ValueError(f"recompute_until {plan.recompute_until!r} is not a block or module of {plan.model}: choose "
+                         f"one of {', '.join(blocks)} (or a module path in their layer names)")
+    return first
+
+
 def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[StageCost]:
     """Every stage's layer costs (one micro-batch) and per-update work."""
     ctx = device_context(plan)
     mode = get_precision(plan.precision)
     act_bytes = mode.activation_bytes
     spec = ctx.spec
-    link_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * INTER_STAGE_LINKS * LINK_EFFICIENCY
+    link_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * INTER_STAGE_LINKS * collectives.LINK_EFFICIENCY
     out = []
     for s in range(split.num_stages):
         layers = split.layers(profile, s)
@@ -178,37 +202,18 @@ def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSpli
         send = layers[-1].activation_elems * act_bytes / link_bw if s < split.num_stages - 1 else 0.0
         tensors = weight_tensors(layers)
         acc = accumulate(tensors, ctx, mode.accumulator_bytes == 2) if plan.gradient_accumulation > 1 else Cycles()
-        out.append(StageCost(s, costs, recomputes(s, split.num_stages, plan.recompute), send, acc,
+        out.append(StageCost(s, costs, recomputed_layers(plan, layers, s, split.num_stages), send, acc,
                              optimizer_step(tensors, ctx, plan.optimizer, plan.precision), spec.clock_hz))
     return out
 
 
-def _host_io_s(plan: IpuPlan, pod: PodSpec) -> float:
-    """Streaming one update's micro-batches to every replica over the slower of host link and NICs."""
-    pixel_bytes = 1 if plan.eight_bit_io else get_precision(plan.precision).activation_bytes
-    per_replica = plan.gradient_accumulation * plan.image_elems * pixel_bytes
-    link = pod.chip.host_link_bytes_per_s
-    nics = pod.host_bytes_per_s(plan.num_hosts) / plan.replicas
-    return per_replica / (min(link, nics) * HOST_LINK_EFFICIENCY)
-
-
-def _all_reduce_s(plan: IpuPlan, pod: PodSpec, profile: Sequence[LayerProfile], split: StageSplit) -> float:
-    """Ring all-reduce of every stage's gradients across the replicas, hierarchical over IPU-Link domains."""
-    r = plan.replicas
-    if r == 1:
-        return 0.0
+def _all_reduce_s(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> float:
+    """The gradient all-reduce of every IPU of a replica (the stages ``device_mapping`` puts on it)."""
+    pod = plan.pod
     grad_bytes = get_precision(plan.precision).accumulator_bytes
     mapping = plan.device_mapping or tuple(range(split.num_stages))
-    stage_bytes = [0] * (1 + max(mapping))  # per IPU: the stages device_mapping puts on it
+    ipu_bytes = [0.0] * (1 + max(mapping))
     for s in range(split.num_stages):
-        stage_bytes[mapping[s]] += sum(layer.params for layer in split.layers(profile, s)) * grad_bytes
-    spec = pod.chip
-    ring_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * ALLREDUCE_RING_LINKS * LINK_EFFICIENCY
+        ipu_bytes[mapping[s]] += sum(layer.params for layer in split.layers(profile, s)) * grad_bytes
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))
-    inner = r // domains
-    t_inner = 2 * (inner - 1) / inner * max(stage_bytes) / ring_bw + 2 * (inner - 1) * ALLREDUCE_STEP_LATENCY_S
-    if domains == 1:
-        return t_inner
-    gw_bw = pod.gw_link_bytes_per_s * LINK_EFFICIENCY
-    t_outer = 2 * (domains - 1) / domains * sum(stage_bytes) / gw_bw + 2 * (domains - 1) * ALLREDUCE_STEP_LATENCY_S
-    return t_inner + t_outer
+    return collectives.all_reduce_s(ipu_bytes, plan.replicas, domains, pod.chip, plan.total_ipus)

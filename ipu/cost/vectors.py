@@ -43,6 +43,7 @@ CYCLES_PER_VECTOR = {
 # On-tile reduce (getReduceCycleEstimate): accumulators of 8 half / 4 float lanes, a 64-bit load
 # per cycle: (8 / 4) + 1 = 3 cycles per 8 half inputs, (4 / 2) + 1 = 3 per 4 float inputs.
 REDUCE_CYCLES_PER_ACC = 3
+SCALAR_WORKER_CYCLES = 30  # assumed: a few scalar operations of one worker (a trust ratio, a norm's 1/std)
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, worke
 
 def scalar_ops(count: int, workers: int) -> Cycles:
     """``count`` compute sets of a few scalar operations on one tile (the trust ratio, a norm's
-    inverse standard deviation): a supervisor vertex with one busy worker (assumed 30 worker cycles)."""
-    return Cycles() if count <= 0 else compute_set(vector=SUPERVISOR_OVERHEAD + workers * 30) * count
+    inverse standard deviation): a supervisor vertex with one busy worker (``SCALAR_WORKER_CYCLES``)."""
+    return Cycles() if count <= 0 else compute_set(vector=SUPERVISOR_OVERHEAD + workers * SCALAR_WORKER_CYCLES) * count
 
 
 def run(ops: list[VectorOp], tiles: int, workers: int) -> Cycles:

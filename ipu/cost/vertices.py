@@ -234,16 +234,17 @@ def _intermediate_depths(depth: int, stages: int) -> tuple[list[int], float]:
     return best
 
 
-def reduce_cycles(outputs, depth: int, workers: int, float_partials: bool, float_output: bool):
+def reduce_cycles(outputs, depth, workers: int, float_partials: bool, float_output):
     """A reduction vertex summing ``depth`` partials into each of ``outputs`` elements
     (getReduceCycleEstimate, the multi-input path; the fast single-input path needs
-    enableFastReduce, off by default)."""
+    enableFastReduce, off by default). ``depth`` and ``float_output`` may be arrays (one per plan);
+    a depth of 1 or less reduces nothing."""
     outputs = np.asarray(outputs, dtype=float)
-    if depth <= 1:
-        return np.zeros_like(outputs)
+    depth = np.asarray(depth)
     acc_width = 4 if float_partials else 8
     in_path = DATA_PATH_BITS // (32 if float_partials else 16)
     per_loop = acc_width // min(acc_width, in_path) + 1
     per_worker = -(-np.ceil(outputs / acc_width) // workers)
-    overhead = REDUCE_OUTER_OVERHEAD[(float_output, float_partials)]
-    return (REDUCE_BASE + (per_loop * depth + overhead) * per_worker) * workers
+    overhead = np.where(float_output, REDUCE_OUTER_OVERHEAD[(True, float_partials)],
+                        REDUCE_OUTER_OVERHEAD[(False, float_partials)])
+    return np.where(depth > 1, (REDUCE_BASE + (per_loop * depth + overhead) * per_worker) * workers, 0.0)

@@ -96,7 +96,8 @@ def check_gradient_accumulation(gradient_accumulation: int, num_stages: int,
 
 
 def stashed_elems(
-    profile: Sequence[LayerProfile], split: StageSplit, schedule: OpSchedule, input_elems: int
+    profile: Sequence[LayerProfile], split: StageSplit, schedule: OpSchedule, input_elems: int,
+    recompute_until: str = "",
 ) -> list[dict[str, int]]:
     """Activation elements each stage keeps alive at its peak, by tensor name.
 
@@ -105,8 +106,9 @@ def stashed_elems(
     flight, and holds one micro-batch's saved activations while it recomputes and backpropagates
     (the last stage does not recompute: its backward follows its forward). A single-stage
     replica with recomputation keeps each block's input as a checkpoint and recomputes one block
-    at a time, so it holds the checkpoints plus the largest block's activations. ``input_elems`` is
-    the size of stage 0's input (the image micro-batch).
+    at a time, so it holds the checkpoints plus the largest block's activations; from
+    ``recompute_until`` on (a block name) it keeps every activation instead, as its last checkpoint
+    segment is not recomputed. ``input_elems`` is the size of stage 0's input (the image micro-batch).
     """
     out = []
     for s in range(split.num_stages):
@@ -114,7 +116,12 @@ def stashed_elems(
         in_flight = schedule.max_in_flight(s)
         stage_input = input_elems if s == 0 else split.layers(profile, s - 1)[-1].activation_elems
         if recomputes(s, split.num_stages, schedule.recompute) and split.num_stages == 1:
-            tensors = _block_checkpoints(layers, stage_input)
+            kept = first_layer_of(layers, recompute_until) if recompute_until else None
+            kept = len(layers) if kept is None else kept
+            tensors = _block_checkpoints(layers[:kept], stage_input) if kept else {}
+            if kept < len(layers):
+                tail_input = layers[kept - 1].activation_elems if kept else stage_input
+                tensors.update(_saved_by_block(layers[kept:], 1, " (kept)", tail_input))
         elif recomputes(s, split.num_stages, schedule.recompute):
             tensors = {f"stage input x{in_flight}": in_flight * stage_input}
             tensors.update(_saved_by_block(layers, 1, " (recomputed)", stage_input))
@@ -122,6 +129,15 @@ def stashed_elems(
             tensors = _saved_by_block(layers, in_flight, f" x{in_flight}", stage_input)
         out.append(tensors)
     return out
+
+
+def first_layer_of(layers: Sequence[LayerProfile], name: str) -> int | None:
+    """Index of the first layer of block or module ``name``: a layer whose block is ``name``, or whose
+    name has it as a path component (an ONNX node ``/layer3/layer3.4/conv1/Conv`` is in ``layer3.4``)."""
+    for i, layer in enumerate(layers):
+        if layer.block == name or name in layer.name.split("/"):
+            return i
+    return None
 
 
 def ipu_saved_elems(layers: Sequence[LayerProfile], input_elems: int) -> list[int]:

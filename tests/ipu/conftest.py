@@ -25,3 +25,11 @@ def toy_profile():
         toy_layer("b2.0", "block2a", flops=30, params=4, act=10, saved=8),
         toy_layer("h.0", "head", flops=10, params=5, act=1, saved=9),
     ]
+
+
+@pytest.fixture(scope="session")
+def resnet50_profile():
+    """ResNet-50 at 224 px, micro-batch 20: the ResNet recipes' replica (every resnet50 preset)."""
+    from ipu.plan import PRESETS, load_profile
+
+    return load_profile(PRESETS["resnet50-pod16"])

@@ -66,7 +66,7 @@ def test_a_plan_that_does_not_fit_says_so_and_exits_1(synthetic_profiles, capsys
 PREDICTION_KEYS = {
     "preset", "model", "chip", "system", "replicas", "ipus_per_replica", "micro_batch", "gradient_accumulation",
     "global_batch", "precision", "step_time_s", "images_per_s", "epochs", "time_to_train_h", "utilisation",
-    "flops_per_image", "breakdown_s", "host_io_total_s", "io_overlapped", "stages", "memory",
+    "flops_per_image", "breakdown_s", "host_io_total_s", "host_copy_s", "io_overlapped", "stages", "memory",
 }
 
 

@@ -85,3 +85,45 @@ def test_mk1_half_units_are_half_as_fast_as_mk2_on_big_work():
 def test_mk2_and_bow_plan_alike():
     problem = conv_passes(SHAPES["1x1 expand"])[2]
     assert plan_conv(problem, BOW.tile_view, 1440, 0.6, True, True) is plan_conv(problem, MK2, 1440, 0.6, True, True)
+
+
+def test_integer_splits_are_every_tuple_within_the_tiles():
+    from ipu.cost.conv_planner import integer_splits
+
+    got = {tuple(row) for row in integer_splits((3, 5, 2), 6).tolist()}
+    expected = {(a, b, c) for a in range(1, 4) for b in range(1, 6) for c in range(1, 3) if a * b * c <= 6}
+    assert got == expected and len(integer_splits((3, 5, 2), 6)) == len(expected) == 15
+
+
+SMALL = {  # small enough to enumerate every split by hand
+    "3x3 conv": ConvShape(2, (6, 7), 32, 48, (3, 3)),
+    "1x1 conv": ConvShape(3, (5, 5), 48, 32),
+    "grouped": ConvShape(2, (6, 6), 64, 64, (3, 3), 1, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("tiles", [7, 12])
+def test_the_search_finds_the_split_a_brute_force_enumeration_finds(name, tiles):
+    import itertools
+
+    import numpy as np
+
+    from ipu.cost import conv_planner as CP
+
+    def cost(problem, vertex, split):  # one partition scored on its own
+        score = CP._score(problem, vertex, MK2, CP.grid_for(problem, vertex, np.array([split])), True, True, 1)
+        return score["cost"][0], score["temp"][0]
+
+    for problem in conv_passes(SMALL[name]):
+        plan = plan_conv(problem, MK2, tiles, 0.6, True, True)
+        vertex = next(v for v in CP._vertices(problem, MK2, True, True) if v.method == plan.method)
+        groups, in_grains, out_grains = CP._grains(problem, vertex)
+        limits = (groups, problem.rows, problem.cols, in_grains if vertex.method != "SLIC" else 1, out_grains)
+        fitting = [(cost(problem, vertex, split)[0], split)
+                   for split in itertools.product(*(range(1, n + 1) for n in limits))  # every split by hand
+                   if np.prod(split) <= tiles and cost(problem, vertex, split)[1] <= 0.6 * MK2.memory_per_tile]
+        best_cost, best = min(fitting)
+        chosen = tuple(plan.splits[k] for k in ("groups", "rows", "cols", "in", "out"))
+        assert plan.splits["serial"] == 1
+        assert cost(problem, vertex, chosen)[0] == best_cost, (problem.pass_name, chosen, best)
