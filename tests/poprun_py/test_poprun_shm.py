@@ -110,7 +110,8 @@ def test_launcher_mode_unwrapped_python_crash_leaves_no_segment():
 
 def test_launcher_mode_hang_leaves_no_segment(tmp_path):
     token = uuid.uuid4().hex
-    res = _poprun(token, "--hang-timeout", "2", "python", _program(tmp_path, "hang"))
+    # The hang counts from the instance's start: 6 s leaves a loaded machine time to reach the collective.
+    res = _poprun(token, "--hang-timeout", "6", "python", _program(tmp_path, "hang"))
     assert res.returncode == 124, res.stderr
     _assert_gone_after(token, res.stdout)
 
