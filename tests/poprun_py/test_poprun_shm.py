@@ -156,7 +156,7 @@ def test_in_mpi_mode_crash_kill_and_usage_error_leave_no_segment(tmp_path, actio
 
 def test_in_mpi_mode_hang_leaves_no_segment(tmp_path):
     token = uuid.uuid4().hex
-    res = subprocess.run(_mpiexec_argv("--hang-timeout", "2", _program(tmp_path, "hang")), capture_output=True,
+    res = subprocess.run(_mpiexec_argv("--hang-timeout", "6", _program(tmp_path, "hang")), capture_output=True,
                          text=True, timeout=120, env=_job_env(token), cwd=ROOT)
     assert res.returncode == 124, res.stderr
     _assert_gone_after(token, res.stdout)
