@@ -181,6 +181,7 @@ class StudyRun:
                 logger.info("%s: the best rate %.4g sits at an end of %s: widening the sweep to %.4g.", group.key,
                             pick[0], sorted(r["lr"] for r in swept), extra)
                 candidates = sorted([*candidates, extra])
+                self.total += 1  # the progress count: one point more than the grid's
                 swept.append(self.execute(make_point(study, group, extra, study.sweep_seed, "sweep")))
                 pick = choose_lr(swept)
             self.chosen[group.key] = pick[0] if pick else None

@@ -92,10 +92,11 @@ def test_a_sweep_widens_until_its_best_is_inside(monkeypatch):
 
     monkeypatch.setattr(cli.StudyRun, "execute", execute)
     run = object.__new__(cli.StudyRun)
-    run.study, run.chosen, run.lead = study, {}, False
+    run.study, run.chosen, run.lead, run.total = study, {}, False, 6
     run.run_group(groups(study)[0])
     assert trained == [("sweep", 0.05), ("sweep", 0.1), ("sweep", 0.2), ("sweep", 0.4), ("sweep", 0.8), ("seeds", 0.4)]
     assert run.chosen == {groups(study)[0].key: 0.4}
+    assert run.total == 6 + 2  # the progress count grows by the widened candidates
 
 
 def test_variants_are_the_product_of_axes():
