@@ -2,7 +2,7 @@
 
 import pytest
 
-from ipu.cost import mlperf_v11
+from ipu.cost import jia2019, mlperf_v11
 from ipu.cost.validation import PUBLISHED, components, format_components
 
 
@@ -23,3 +23,28 @@ def test_only_resnet_figures_are_compared():
     assert all(f.preset.startswith("resnet50") for f in PUBLISHED)
     mlperf = [f for f in PUBLISHED if f.source == mlperf_v11.SOURCE]
     assert [f.preset for f in mlperf] == [f"resnet50-mlperf-pod{n}" for n in (16, 64, 128, 256)]
+
+
+JIA_ROWS = ("tile memory, aggregate (Mk1)", "tile memory, read + write per tile per cycle (Mk1)",
+            "IPU-Link rate per link and direction (Mk1)", "IPU-Links per chip (Mk1)",
+            "on-chip point-to-point latency, full load over no load (Mk1)",
+            "IPU-Link point-to-point latency, full load over no load (Mk1)")
+
+
+def test_jia_rows_name_their_secondary_source_and_carry_a_ratio():
+    rows = {c.component: c for c in components()}
+    for name in JIA_ROWS:
+        row = rows[name]
+        assert row.model is not None and row.public is not None and row.ratio == pytest.approx(row.model / row.public)
+        assert "Jia et al. 2019 ch. " in row.source and "(secondary: \"" in row.source and "https://" in row.source
+    assert rows["IPU-Link point-to-point latency, full load over no load (Mk1)"].public == \
+        jia2019.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MIN.value
+    figures = [v for v in vars(jia2019).values() if isinstance(v, jia2019.JiaFigure)]
+    assert figures and not any(f.primary for f in figures)
+
+
+def test_jia_components_not_found_stay_marked_as_such():
+    rows = {c.component: c for c in components()}
+    for name in ("on-chip sync and exchange latency per compute set (Mk1)",
+                 "IPU-Link all-reduce and collective curves (Mk1)"):
+        assert rows[name].public is None and rows[name].source.startswith("not found")
