@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 
 import psutil
@@ -39,7 +40,10 @@ from poprun_py.shm import mapped_segments
 p.init()
 comm = p.get_comm()
 comm.allreduce(np.ones(2))
-sys.stdout.write("SEGMENTS " + json.dumps(sorted(mapped_segments(os.getpid()))) + "\\n")  # one write: one line
+line = "SEGMENTS " + json.dumps(sorted(mapped_segments(os.getpid()))) + "\\n"
+with open(os.environ["POPRUN_SHM_TEST_REPORTS"], "a") as f:  # first here: a job's abort may drop its stdout
+    f.write(line)
+sys.stdout.write(line)  # one write: one line; a test that reads it finds the file's line written already
 sys.stdout.flush()
 me = p.getInstanceIndex()
 ACTION
@@ -48,7 +52,9 @@ ACTIONS = {
     "raise": "if me == 1:\n    raise RuntimeError('instance 1 fails')\ncomm.barrier()",
     "exit": "if me == 1:\n    sys.exit(3)\ncomm.barrier()",
     "kill": "if me == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ncomm.barrier()",
-    "usage": "p.get_device_id(4)",  # the job runs 1 IPU per replica: a ValueError on every instance
+    # The job runs 1 IPU per replica: a ValueError on every instance. The barrier first: an instance's error
+    # ends the job, which may otherwise stop the other before it has printed its segments.
+    "usage": "comm.barrier()\np.get_device_id(4)",
     "hang": "if me == 1:\n    while True: signal.pause()\ncomm.barrier()",  # stuck outside the collective
     "wait": "while True: signal.pause()",  # waits until a signal ends it
 }
@@ -66,15 +72,33 @@ def _segments(output: str) -> set[str]:
     return found
 
 
+def _reports_file(token: str) -> str:
+    """Where the job's processes append their SEGMENTS lines: MPICH's process manager may drop the last
+    output of a job that an instance's error aborts, a file keeps every line written."""
+    return os.path.join(tempfile.gettempdir(), f"poprun-shm-test-{token}.txt")
+
+
+def _reports(token: str) -> str:
+    try:
+        with open(_reports_file(token)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
 def _job_env(token: str) -> dict[str, str]:
-    return launcher_env(**{MARK: token})
+    return launcher_env(**{MARK: token, "POPRUN_SHM_TEST_REPORTS": _reports_file(token)})
 
 
 def _assert_gone_after(token: str, output: str, instances_reporting: int = 2) -> set[str]:
-    """Wait for every process of the job (by its token), then check its segments are gone."""
-    reported = [line for line in output.splitlines() if "SEGMENTS " in line]
+    """Wait for every process of the job (by its token), then check its segments are gone. The segments
+    are those the processes reported in the job's file (``output``, the job's stdout, for the messages)."""
+    reports = _reports(token)
+    if reports:
+        os.unlink(_reports_file(token))
+    reported = [line for line in reports.splitlines() if "SEGMENTS " in line]
     assert len(reported) == instances_reporting, output
-    segments = _segments(output)
+    segments = _segments(reports)
     assert segments and all(os.path.basename(s).startswith("mpich_shm_") for s in segments), output
     gone, alive = psutil.wait_procs(processes_with_env(MARK, token), timeout=20)
     assert not alive, f"processes of the job still running: {alive}"
@@ -150,7 +174,7 @@ def test_in_mpi_mode_crash_kill_and_usage_error_leave_no_segment(tmp_path, actio
     res = subprocess.run(_mpiexec_argv(_program(tmp_path, action)), capture_output=True, text=True,
                          timeout=120, env=_job_env(token), cwd=ROOT)
     assert res.returncode != 0, res.stderr
-    reporting = 2 if action != "kill" else res.stdout.count("SEGMENTS ")  # a SIGKILL may cut rank 0's print
+    reporting = 2 if action != "kill" else _reports(token).count("SEGMENTS ")  # a SIGKILL may come before rank 0's
     _assert_gone_after(token, res.stdout, max(1, reporting))
 
 
