@@ -1,6 +1,18 @@
+import logging
 import os
 
 import pytest
+
+# loggers an entry point may quiet for its console (poprun-study's main sets them to WARNING)
+_QUIETED_BY_ENTRY_POINTS = ("launch.build", "launch.checkpoint", "ipu", "data")
+
+
+@pytest.fixture(autouse=True)
+def _library_logger_levels():
+    """Every test starts with the library's own logger levels (NOTSET: the root decides), whatever an
+    entry point called earlier in this worker process, even from a module-scoped fixture, left set."""
+    for name in _QUIETED_BY_ENTRY_POINTS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ built to be undecided is, and a study under ``poprun_py`` (2 instances) gives th
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -29,16 +28,6 @@ def _one_blas_thread(monkeypatch):
     # numba's thread count is fixed when models/ is imported (at collection): leave NUMBA_NUM_THREADS be
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.setenv(name, "1")
-
-
-@pytest.fixture(autouse=True)
-def _logger_levels():
-    # poprun-study's main quiets some loggers for its console; later tests in this process read their records
-    names = ("launch.build", "launch.checkpoint", "ipu", "data")
-    levels = {n: logging.getLogger(n).level for n in names}
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
 
 
 @pytest.fixture(scope="module")
