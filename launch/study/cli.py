@@ -150,6 +150,7 @@ class StudyRun:
         self.retry_failed, self.reuse_stale = retry_failed, reuse_stale
         self.rows: dict[str, dict] = {r["id"]: r for r in share(comm, read_rows(out) if self.lead else None, self.lead)}
         self.total = count_points(study)
+        self.visited = 0  # the plan's points met so far in this invocation, reused or trained
         self.chosen: dict[str, float | None] = {}
         self.data_path = share(comm, study_meta.resolve_data(study) if self.lead else None, self.lead)
         from data.sources import INSTALL_ROOT
@@ -205,6 +206,7 @@ class StudyRun:
         return {**self.provenance, "config": portable(json.loads(json.dumps(cfg.to_dict())))}
 
     def execute(self, point: Point) -> dict:
+        self.visited += 1
         row = self.rows.get(point.id)
         run_dir = self.out / "points" / point.id
         if row is not None and not (self.retry_failed and row.get("status") == "failed"):
@@ -221,15 +223,16 @@ class StudyRun:
                 shutil.rmtree(run_dir, ignore_errors=True)  # no resuming from another version's checkpoints
             self.comm.barrier()
         logger.info("Point %d/%d %s: %s at batch %d (micro %d x accumulation %d x %d replicas), lr %.4g, seed %d; "
-                    "%d left after it, %s.", self.done() + 1, self.total, point.phase, point.group.arm.name,
+                    "%d left after it, %s.", self.visited, self.total, point.phase, point.group.arm.name,
                     point.group.batch, point.micro_batch, point.grad_accum, point.replicas, point.lr, point.seed,
-                    self.total - self.done() - 1, _duration(self.eta_s(point)))
+                    self.total - self.visited, _duration(self.eta_s(point)))
         row = run_point(self.study, point, self.data_path, run_dir, self.comm, self.dist, self.snapshots_for(point),
                         self.provenance)
         row["load1"] = os.getloadavg()[0]
         return self.record(row)
 
     def skip(self, point: Point, why: str) -> None:
+        self.visited += 1
         if point.id not in self.rows:
             self.record({"id": point.id, "study": self.study.name, "variant": point.group.variant.label,
                          "arm": point.group.arm.name, "batch": point.group.batch, "seed": point.seed, "lr": point.lr,
@@ -255,7 +258,8 @@ class StudyRun:
                 logger.info("  -> failed: %s", row.get("error"))
         return row
 
-    def done(self) -> int:
+    def recorded(self) -> int:
+        """Rows on record for this study's groups, also of candidates or seeds the plan no longer reaches."""
         return sum(1 for g in groups(self.study) for _ in self.rows_of(g))
 
     def rows_of(self, group: Group) -> list[dict]:
@@ -309,7 +313,7 @@ def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, c
                                     split={"validation_fraction": study.validation_fraction,
                                            "split_seed": study.split_seed, "sweep_seed": study.sweep_seed,
                                            "seeds": list(study.seeds)})
-    logger.info("Study %s: %d points (%d already recorded) in %s; data %s.", study.name, state.total, state.done(),
+    logger.info("Study %s: %d points (%d rows already on record) in %s; data %s.", study.name, state.total, state.recorded(),
                 out, state.data_path)
     state.run()
     if study.trajectory is not None:

@@ -128,6 +128,24 @@ def _tiny_studies(tmp_path: Path, arms: dict, replicas: int = 2, **over) -> Path
     return path
 
 
+def test_the_progress_count_follows_the_plan_not_the_rows_on_record(tmp_path, caplog):
+    # rows of seeds at a rate the sweep no longer chooses stay on record; the count must not take them in
+    studies = _tiny_studies(tmp_path, {"sgd": {"set": {"optim.name": "sgd"}, "lr": {"base_lr": 0.1, "factors": [0.5, 1]}}})
+    out = tmp_path / "out"
+    assert main(["t", "--studies", str(studies), "--out", str(out)]) == 0
+    lines = (out / RESULTS).read_text().splitlines()
+    seed = json.loads(lines[-1])
+    assert seed["phase"] == "seeds" and len(lines) == 3
+    other = 0.1 if seed["lr"] == 0.05 else 0.05
+    orphan = {**seed, "id": seed["id"].replace(f"lr{seed['lr']:.4g}", f"lr{other:.4g}"), "lr": other}
+    (out / RESULTS).write_text("\n".join([*lines[:-1], json.dumps(orphan)]) + "\n")  # the chosen seed to train again
+    with caplog.at_level("INFO", logger="launch.study"):
+        assert main(["t", "--studies", str(studies), "--out", str(out)]) == 0
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Point ")]
+    assert len(progress) == 1 and progress[0].startswith("Point 3/3 seeds") and "0 left after it" in progress[0]
+    assert "3 points (3 rows already on record)" in caplog.text
+
+
 def test_a_failing_point_is_recorded_and_the_study_goes_on(tmp_path):
     studies = _tiny_studies(tmp_path, {"bad": {"set": {"optim.betas": [0.9]}, "lr": 0.1},
                                        "good": {"set": {"optim.name": "sgd"}, "lr": 0.1}})
