@@ -4,6 +4,7 @@ LARS trust ratio, the effective step ``|dw| / |w|`` and the drift ``|w - w_0| / 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 PANELS = (("trust_ratio", "LARS trust ratio (median over the group's tensors)"),
@@ -43,9 +44,12 @@ def plot_update_stats(runs: dict[str, list[dict]], path: str | Path, title: str)
     import matplotlib.pyplot as plt
 
     groups = sorted({g for s in series.values() for g in s}, key=_group_order)
-    colours = dict(zip(groups, plt.cm.viridis([i / max(len(groups) - 1, 1) for i in range(len(groups))])))
+    named = [g for g in groups if g != "exempt"]  # tab10 tells ten groups apart; beyond that a gradient
+    colours = dict(zip(named, plt.cm.tab10(range(len(named))) if len(named) <= 10 else
+                       plt.cm.viridis([i / max(len(named) - 1, 1) for i in range(len(named))])))
     fig, axes = plt.subplots(len(series), len(PANELS), figsize=(5 * len(PANELS), 3.2 * len(series)), squeeze=False)
-    for row, (label, groups_of_run) in zip(axes, series.items()):
+    for index, (row, (label, groups_of_run)) in enumerate(zip(axes, series.items())):
+        row[0].set_ylabel(textwrap.fill(label, 32), fontsize=8)  # the run, once per row
         for ax, (key, name) in zip(row, PANELS):
             for group in groups:
                 xs, ys = groups_of_run.get(group, {}).get(key, ([], []))
@@ -58,14 +62,17 @@ def plot_update_stats(runs: dict[str, list[dict]], path: str | Path, title: str)
             else:
                 ax.text(0.5, 0.5, "none (no LARS tensors)" if key == "trust_ratio" else "no records", ha="center",
                         transform=ax.transAxes)
-            ax.set_title(f"{label}: {name}" if label else name, fontsize=8)
+                ax.set_xticks([])
+                ax.set_yticks([])
+            if index == 0:
+                ax.set_title(name, fontsize=9)  # the quantity, once per column
             ax.set_xlabel("weight update")
             ax.grid(alpha=0.3, which="both")
     handles, labels = max((ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[0]))
     if handles:
         fig.legend(handles, labels, fontsize=7, loc="center right")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    fig.tight_layout(rect=(0, 0, 0.9, 1 - 0.35 / fig.get_figheight()))  # room for the title
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
