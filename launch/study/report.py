@@ -218,8 +218,11 @@ def points_table(study: Study, rows: list[dict]) -> list[str]:
     lines = [f"| point | phase | final validation acc % | best validation acc % | test acc % | updates | updates to "
              f"target | epochs to target | CPU s | CPU s to target | {study.pod} step ms (predicted) | {study.pod} s to "
              "target (predicted) |", "|" + " --- |" * 12]
+    chosen = {s.group.key: s.lr for s in summarise(study, rows)}
     for r in sorted((r for r in retarget(study, rows) if r.get("status") == "ok"), key=lambda r: r["id"]):
         flags = (" (resumed)" if r.get("resumed") else "") + (" (stale, reused)" if r.get("stale") else "")
+        if r.get("phase") == "seeds" and chosen.get(r["id"].rsplit("/", 2)[0], r["lr"]) != r["lr"]:
+            flags += " (superseded: a widened sweep chose another rate)"
         test = pct(r["test_accuracy"]) if r.get("test_accuracy") is not None else "-"
         lines.append(f"| {r['id']}{flags} | {r.get('phase', '-')} | {pct(r['final_val_accuracy'])} | "
                      f"{pct(r['best_val_accuracy'])} | {test} | "
