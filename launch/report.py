@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 
 
 class MetricsLog:
-    """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step``.
+    """Appends JSON lines to ``<run_dir>/metrics.jsonl``; keeps what happened up to ``resume_step`` (the
+    updates before it and their update statistics, the evaluations up to it).
 
     ``tensorboard``: ``auto``, ``true`` or ``false``, see :func:`launch.tensorboard.open_tensorboard`;
     ``tensorboard_every``: updates per TensorBoard point (their mean).
@@ -46,7 +47,7 @@ class MetricsLog:
                 except json.JSONDecodeError:
                     continue  # a line torn by the crash
                 event, step = record.get("event"), record.get("step", 0)
-                if (event == "step" and step < resume_step) or (event == "eval" and step <= resume_step):
+                if (event in ("step", "update_stats") and step < resume_step) or (event == "eval" and step <= resume_step):
                     kept.append(line)
         self.path.write_text("".join(k + "\n" for k in kept))
         self._file = open(self.path, "a")

@@ -22,13 +22,15 @@ def test_resume_drops_the_lines_written_after_the_checkpoint(tmp_path):
         log.write({"event": "step", "step": step, "loss": 1.0 / (step + 1), "accuracy": 0.1 * step})
     for step in (4, 6):  # the evaluation at update 4 ran before the checkpoint at 4
         log.write({"event": "eval", "step": step, "val_loss": 0.5, "val_accuracy": 0.4})
+    for step in (0, 3, 4):  # the probe's records of updates 0 and 3 are kept; update 4 is made again
+        log.write({"event": "update_stats", "step": step, "lr": 0.1, "groups": {}})
     log.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"event": "step", "step": 6, "lo')  # torn by the crash
     log = MetricsLog(tmp_path, resume_step=4)
     records = log.records()
     assert [(r["event"], r["step"]) for r in records] == [("step", 0), ("step", 1), ("step", 2), ("step", 3),
-                                                           ("eval", 4)]
+                                                           ("eval", 4), ("update_stats", 0), ("update_stats", 3)]
     paths = plot_metrics(records, tmp_path)
     assert [p.name for p in paths] == ["loss.png", "accuracy.png"] and all(p.stat().st_size > 1000 for p in paths)
     log.close()

@@ -275,10 +275,14 @@ def test_a_resumed_run_carries_the_cpu_seconds_of_its_first_part(tmp_path):
     run = tmp_path / "run"
     common = ["--config", "dense", "--set", "data.replicas=1", "--set", "run.epochs=0.05", "--set",
               "run.progress_bar=false", "--set", "run.plots=false", "--set", "run.tensorboard=false", "--set",
-              f"run.run_dir={run}", "--set", "schedule.warmup_steps=2", "--set", "run.keep_checkpoints=5"]
+              f"run.run_dir={run}", "--set", "schedule.warmup_steps=2", "--set", "run.keep_checkpoints=5",
+              "--set", "run.update_stats_every=4"]
     assert train([*common, "--set", "run.max_steps=28"]) == 0  # the first part: 28 of the 31 updates
     first = ckpt.load_checkpoint(ckpt.find_latest(run))[1]
     assert first["engine_step"] == 28 and first["cpu_s"] > 0
     assert train([*common, "--resume", "auto"]) == 0
     last = ckpt.load_checkpoint(ckpt.find_latest(run))[1]
     assert last["engine_step"] == 31 and last["cpu_s"] > first["cpu_s"]  # 3 more updates add to the first part's
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    # the update statistics of both parts: the first part's up to its checkpoint, the second's after it
+    assert [r["step"] for r in records if r["event"] == "update_stats"] == list(range(0, 31, 4))
