@@ -145,8 +145,11 @@ def plot_all(study: Study, summaries, out: Path) -> list[Path]:
     paths.append(plot_time_to_target(study, summaries, out / "time_to_target.png"))
     from launch.update_stats_plot import plot_update_stats
 
-    runs = {f"{s.group.arm.label}, batch {s.group.batch}, lr {s.lr:.3g}, seed {s.rows[0]['seed']}": s.rows[0]["update_stats"]
-            for s in summaries if s.group.variant == study.variants[0] and s.rows and s.rows[0].get("update_stats")}
+    runs = {}
+    for s in summaries:  # the first fresh seed whose series starts at update 0 (a complete one)
+        row = next((r for r in s.rows if r.get("update_stats") and r["update_stats"][0]["step"] == 0), None)
+        if s.group.variant == study.variants[0] and row is not None:
+            runs[f"{s.group.arm.label}, batch {s.group.batch}, lr {s.lr:.3g}, seed {row['seed']}"] = row["update_stats"]
     stats = plot_update_stats(runs, out / "update_stats.png", f"{study.title}: what each update does to the weights "
-                              f"({study.variants[0].label}; first fresh seed of each chosen arm)")
+                              f"({study.variants[0].label}; per chosen arm, its first fresh seed with a complete series)")
     return paths + ([stats] if stats else [])
