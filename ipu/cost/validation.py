@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ipu.cost import hardware_measurements as hw
 from ipu.cost import jia2019 as jia
 from ipu.cost import mlperf_v11
+from ipu.cost import vectors
+from ipu.cost.bsp import compute_set
 from ipu.cost.prediction import predict
 from ipu.plan import get_preset, load_profile
 from ipu.specs import MEMORY_BYTES_PER_CYCLE, get_chip
@@ -79,15 +82,24 @@ class ComponentCheck:
     public: float | None
     source: str
     calibration: bool = False
+    public_low: float | None = None  # a measured range: public_low..public
 
     @property
     def ratio(self) -> float | None:
+        """Model / public (the range's upper end)."""
         return None if self.model is None or not self.public else self.model / self.public
+
+    @property
+    def ratio_high(self) -> float | None:
+        """Model / the range's lower end (None without a range)."""
+        return None if self.model is None or not self.public_low else self.model / self.public_low
 
 
 def components() -> list[ComponentCheck]:
     mk1, mk2, bow = get_chip("mk1"), get_chip("mk2"), get_chip("bow")
     outer = _outer_ring_model_s()
+    fixed = hw.compute_set_fixed_cycles()
+    intercept, per_iteration = hw.zero_work_intercept()
     return [
         ComponentCheck("exchange, all tiles receiving (Mk2)", "TB/s",
                        mk2.tiles * mk2.exchange_bytes_per_cycle * mk2.clock_hz / 1e12, GC200_EXCHANGE_BYTES_PER_S / 1e12,
@@ -117,6 +129,19 @@ def components() -> list[ComponentCheck]:
                        f"{jia.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MAX.value:.1f} (ratio "
                        f"{1 / jia.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MAX.value:.2f} at the worst); "
                        + jia.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MIN.cite()),
+        ComponentCheck("fixed cost of a compute set that exchanges nothing: sync, vertex launch and return "
+                       "(IPU hardware, one tile)", "cycles", compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total,
+                       fixed.high, "zero-iteration intercept of five profiled executions of one supervisor vertex, "
+                       f"{intercept:.0f} cycles ({per_iteration:,.0f} per iteration), less up to the "
+                       f"{hw.block_instrumentation_cycles()} cycles a nested profiler Block adds; the model: "
+                       "sync 90 (poplibs' CTC planner) + supervisor overhead 11; " + hw.LIGHTWEIGHT_PROFILING,
+                       public_low=fixed.low),
+        ComponentCheck("fp32 streaming vector op, 12 B per element (Mk1)", "GB/s", _triad_model_bytes_per_s() / 1e9,
+                       hw.STREAM_TRIAD_ASSEMBLY_BYTES_PER_S / 1e9,
+                       "the model's in-place scaled add over three 2^23-element float arrays against BabelSTREAM "
+                       "Triad in Graphcore's assembly (with optimised C++ and Poplar primitives: "
+                       f"{hw.STREAM_TRIAD_PRIMITIVES_BYTES_PER_S / 1e9:,.0f} GB/s, ratio "
+                       f"{_triad_model_bytes_per_s() / hw.STREAM_TRIAD_PRIMITIVES_BYTES_PER_S:.2f}); " + hw.LOUW_2021),
         ComponentCheck("on-chip sync and exchange latency per compute set (Mk1)", "cycles", 190.0, None,
                        "not found: no readable source gives Jia et al.'s absolute on-chip sync or tile-to-tile "
                        "latency (the secondary sources give only the full-load / no-load ratio above; their "
@@ -134,6 +159,17 @@ def components() -> list[ComponentCheck]:
                        "not found: poplibs' codelet tests compare simulator cycles with the estimators at run "
                        "time (tests/popops/codelets/CodeletsTestsCommon.hpp, 10 % threshold) and state no counts"),
     ]
+
+
+TRIAD_ELEMENTS = 2**23  # per array: three float arrays of 32 MiB, where a compute set's fixed cycles are < 0.1 %
+
+
+def _triad_model_bytes_per_s() -> float:
+    """The bytes per second of the model's float in-place scaled add (two reads, one write per element) on Mk1."""
+    mk1 = get_chip("mk1")
+    cycles = vectors.elementwise(vectors.VectorOp("scaled_add", TRIAD_ELEMENTS, half=False), mk1.tiles,
+                                 mk1.threads_per_tile).total
+    return hw.STREAM_TRIAD_BYTES_PER_ELEMENT * TRIAD_ELEMENTS * mk1.clock_hz / cycles
 
 
 def _outer_ring_model_s() -> float:
@@ -178,12 +214,17 @@ def fp32_peak_check() -> tuple[float, float]:
     return get_chip("bow").peak_flops(half=False), GC_FLOPS_BOW_FP32
 
 
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def format_components(rows: list[ComponentCheck]) -> str:
     lines = ["| component | model | public | ratio | source |", "|---|---|---|---|---|"]
     for c in rows:
-        model = "" if c.model is None else f"{c.model:,.3g} {c.unit}"
-        public = "" if c.public is None else f"{c.public:,.3g} {c.unit}"
-        ratio = "" if c.ratio is None else f"{c.ratio:.2f}" + (" (calibrated)" if c.calibration else "")
+        model = "" if c.model is None else f"{_num(c.model)} {c.unit}"
+        public = "" if c.public is None else (f"{_num(c.public_low)}-" if c.public_low else "") + f"{_num(c.public)} {c.unit}"
+        ratio = "" if c.ratio is None else f"{c.ratio:.2f}" + (f"-{c.ratio_high:.2f}" if c.ratio_high else "") + (
+            " (calibrated)" if c.calibration else "")
         lines.append(f"| {c.component} | {model} | {public} | {ratio} | {c.source} |")
     return "\n".join(lines)
 

@@ -48,3 +48,23 @@ def test_jia_components_not_found_stay_marked_as_such():
     for name in ("on-chip sync and exchange latency per compute set (Mk1)",
                  "IPU-Link all-reduce and collective curves (Mk1)"):
         assert rows[name].public is None and rows[name].source.startswith("not found")
+
+
+def test_hardware_measurements_give_the_compute_set_range_and_the_triad_rate():
+    from ipu.cost import hardware_measurements as hw
+
+    intercept, slope = hw.zero_work_intercept()  # least squares through (1, 3905) ... (5, 18505)
+    assert slope == pytest.approx(3650.2) and intercept == pytest.approx(11205 - 3 * 3650.2)
+    assert hw.block_instrumentation_cycles() == 139
+    fixed = hw.compute_set_fixed_cycles()
+    assert (fixed.low, fixed.high) == (pytest.approx(254.4 - 139), pytest.approx(254.4))
+    rows = {c.component: c for c in components()}
+    cs = next(c for name, c in rows.items() if name.startswith("fixed cost of a compute set that exchanges nothing"))
+    assert cs.model == 90 + 11 and cs.ratio == pytest.approx(101 / 254.4) and cs.ratio_high == pytest.approx(101 / 115.4)
+    triad = rows["fp32 streaming vector op, 12 B per element (Mk1)"]
+    # 2^23 floats over 1216 tiles: 6,899 a tile, 1,150 a worker, 575 vectors of 2 at 3 cycles; 6 workers x (21 + 1,725)
+    # + supervisor 11, + sync 90 = 10,577 cycles at 1.6 GHz for 12 bytes an element
+    assert triad.model == pytest.approx(12 * 2**23 * 1.6e9 / 10_577 / 1e9)
+    assert triad.public == 12_420 and triad.ratio == pytest.approx(triad.model / 12_420)
+    table = format_components([cs, triad])
+    assert "| 101 cycles | 115-254 cycles | 0.40-0.88 |" in table and "| 15,228 GB/s | 12,420 GB/s | 1.23 |" in table
