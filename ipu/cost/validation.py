@@ -133,7 +133,9 @@ def components() -> list[ComponentCheck]:
                        "(IPU hardware, one tile)", "cycles", compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total,
                        fixed.high, "zero-iteration intercept of five profiled executions of one supervisor vertex, "
                        f"{intercept:.0f} cycles ({per_iteration:,.0f} per iteration), less up to the "
-                       f"{hw.block_instrumentation_cycles()} cycles a nested profiler Block adds; the model: "
+                       f"{hw.block_instrumentation_cycles()} cycles a nested profiler Block adds (about "
+                       f"{hw.compute_set_fixed_cycles_equal_ops():.0f} with the Block's in-interval "
+                       f"{hw.in_block_instrumentation_cycles():.0f} cycles; the vertex is C++); the model: "
                        "sync 90 (poplibs' CTC planner) + supervisor overhead 11; " + hw.LIGHTWEIGHT_PROFILING,
                        public_low=fixed.low),
         ComponentCheck("fp32 streaming vector op, 12 B per element (Mk1)", "GB/s", _triad_model_bytes_per_s() / 1e9,

@@ -68,3 +68,10 @@ def test_hardware_measurements_give_the_compute_set_range_and_the_triad_rate():
     assert triad.public == 12_420 and triad.ratio == pytest.approx(triad.model / 12_420)
     table = format_components([cs, triad])
     assert "| 101 cycles | 115-254 cycles | 0.40-0.88 |" in table and "| 15,228 GB/s | 12,420 GB/s | 1.23 |" in table
+
+
+def test_the_profilers_own_cycles_inside_a_block_follow_from_the_nested_example():
+    from ipu.cost import hardware_measurements as hw
+
+    assert hw.in_block_instrumentation_cycles() == 3623 - 7238 / 2  # 4 cycles
+    assert hw.compute_set_fixed_cycles_equal_ops() == pytest.approx(254.4 - 4)
