@@ -3,15 +3,14 @@ import os
 
 import pytest
 
-# loggers an entry point may quiet for its console (poprun-study's main sets them to WARNING)
-_QUIETED_BY_ENTRY_POINTS = ("launch.build", "launch.checkpoint", "ipu", "data")
-
 
 @pytest.fixture(autouse=True)
 def _library_logger_levels():
     """Every test starts with the library's own logger levels (NOTSET: the root decides), whatever an
     entry point called earlier in this worker process, even from a module-scoped fixture, left set."""
-    for name in _QUIETED_BY_ENTRY_POINTS:
+    from launch.study.cli import QUIET_LOGGERS  # what poprun-study's main quiets for its console
+
+    for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
 
 

@@ -122,12 +122,16 @@ def _command_line(argv: Sequence[str] | None) -> str:
     return " ".join(["poprun-study", *args])
 
 
+# loggers quieted to WARNING on the console without -v: the memory report and checkpoint lines
+QUIET_LOGGERS = ("launch.build", "launch.checkpoint", "ipu", "data")
+
+
 def _setup_logging(verbose: int, index: int, count: int) -> None:
     level = logging.DEBUG if verbose > 1 else logging.INFO if (verbose or index == 0) else logging.WARNING
     logging.basicConfig(level=level, format=f"[{index}/{count}] %(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
     if not verbose:  # one line per epoch from the runs; the memory report and checkpoint lines only with -v
-        for name in ("launch.build", "launch.checkpoint", "ipu", "data"):
+        for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 

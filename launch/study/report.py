@@ -214,11 +214,11 @@ def sweep_table(study: Study, rows: list[dict]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
-def points_table(study: Study, rows: list[dict]) -> list[str]:
+def points_table(study: Study, rows: list[dict], summaries: list[Summary]) -> list[str]:
     lines = [f"| point | phase | final validation acc % | best validation acc % | test acc % | updates | updates to "
              f"target | epochs to target | CPU s | CPU s to target | {study.pod} step ms (predicted) | {study.pod} s to "
              "target (predicted) |", "|" + " --- |" * 12]
-    chosen = {s.group.key: s.lr for s in summarise(study, rows)}
+    chosen = {s.group.key: s.lr for s in summaries}
     for r in sorted((r for r in retarget(study, rows) if r.get("status") == "ok"), key=lambda r: r["id"]):
         flags = (" (resumed)" if r.get("resumed") else "") + (" (stale, reused)" if r.get("stale") else "")
         if r.get("phase") == "seeds" and chosen.get(r["id"].rsplit("/", 2)[0], r["lr"]) != r["lr"]:
@@ -267,7 +267,7 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
     pictures = [(name, link) for name, link in images.items()]
     if pictures:
         text += ["", f"{h}# Pictures", ""] + [f"![{name}]({link})" for name, link in pictures]
-    text += ["", f"{h}# Every run", "", *points_table(study, rows)]
+    text += ["", f"{h}# Every run", "", *points_table(study, rows, summaries)]
     failed = failed_lines(rows)
     if failed:
         text += ["", f"{h}# Failed points", "", *failed]
