@@ -12,14 +12,13 @@ numba and h5py alone, without importing the launcher's package, and the launcher
 without numpy or numba. It imports none of the project's packages.
 
 ``POPRUN_VECTOR_WIDTH`` (read here too: ``auto``, the default, ``256`` or ``512``) picks the vector
-width LLVM compiles the kernels' loops for. On CPUs with AVX-512, LLVM's tuning for most of them
-(Skylake-SP to Sapphire Rapids, Zen 4) prefers 256-bit vectors, so by default the kernels use half
-the width of the FMA units that OpenBLAS's and oneDNN's 512-bit kernels use; ``512`` lifts that
-preference (numba's target features plus ``-prefer-256-bit``; checked in the assembly: zmm
-registers), ``256`` sets it. It is a run-time choice, not measured for speed yet (no AVX-512
-machine was available): compare with ``bench/bench_models.py --vector-width``. A different width
-is another numba target, cached apart. It should change no result, as no kernel lets LLVM reorder
-a sum, but that too is untested on an AVX-512 CPU.
+width LLVM compiles for. ``auto`` is 512 bits on CPUs with AVX-512F and 256 elsewhere: LLVM's own
+tuning for most AVX-512 CPUs (Skylake-SP to Sapphire Rapids) prefers 256-bit vectors, which would
+leave the hand kernels' register blocks (:mod:`jit.block`) at half the width of the FMA units that
+OpenBLAS's and oneDNN's 512-bit kernels use. ``512`` lifts that preference (numba's target features
+plus ``-prefer-256-bit``), ``256`` sets it. A different width is another numba target, cached apart.
+It changes no result: no kernel lets LLVM reorder a sum. :func:`vector_registers` tells the kernels
+the register file they are compiled for, from which they size their register blocks.
 """
 
 from __future__ import annotations
@@ -63,8 +62,24 @@ def vector_width() -> str:
     return os.environ.get(VECTOR_WIDTH_VARIABLE, "").strip().lower() or "auto"
 
 
-if ENABLED and vector_width() != "auto":  # before anything compiles: numba reads it when its target is built
-    numba.config.CPU_FEATURES = _vector_features(vector_width(), target_features())
+def _applied_width() -> str:
+    """The width ``POPRUN_VECTOR_WIDTH`` stands for on the target CPU (``auto``: 512 with AVX-512F)."""
+    if vector_width() != "auto":
+        return vector_width()
+    return "512" if "+avx512f" in target_features().split(",") else "auto"
+
+
+if ENABLED and _applied_width() != "auto":  # before anything compiles: numba reads it when its target is built
+    numba.config.CPU_FEATURES = _vector_features(_applied_width(), target_features())
+
+
+def vector_registers() -> tuple[int, int]:
+    """(count, float32 lanes) of the vector registers the kernels are compiled for: (32, 16) with
+    AVX-512 at 512 bits, (32, 8) with AVX-512 held to 256 bits, (16, 8) with AVX, (16, 4) with SSE."""
+    features = target_features().split(",")
+    if "+avx512f" in features:
+        return 32, 8 if "+prefer-256-bit" in features else 16
+    return 16, 8 if "+avx" in features else 4
 
 
 def is_enabled() -> bool:
@@ -123,4 +138,4 @@ else:
 
 
 __all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "is_enabled", "jit",
-           "prange", "target_features", "vector_width"]
+           "prange", "target_features", "vector_registers", "vector_width"]

@@ -3,9 +3,8 @@
 Arrays are viewed with the group split out: activations ``[N, H, W, G, Cg]``, weights
 ``[G, KH, KW, Cg_in, Cg_out]``. The output channels of a group are processed ``VEC`` (16, or 8
 for widths that are odd multiples of 8) at a time, and ``TILE`` neighbouring output pixels of
-one row share every weight load: the ``TILE x VEC`` accumulators stay in vector registers, which
-LLVM's SLP vectoriser packs once the two innermost loops have constant trip counts (see
-``threads``). ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
+one row share every weight load: the ``TILE x VEC`` accumulators are a :mod:`jit.block` value,
+kept in vector registers on every CPU. ``VEC`` and ``TILE`` are compile-time constants, so each pair is its own kernel,
 built by a factory and cached like any other; the tile is chosen per call from the row width
 (:func:`tile_for`). Each thread copies the input rows it is about to read into a small
 zero-padded scratch, so every pixel (borders included, and images narrower than a tile) runs the
@@ -19,28 +18,31 @@ nested loops of KW and Cg (short loops, each with its own set-up).
 
 The backward pass reuses :func:`conv` for the input gradient (a stride-1 convolution of ``dy``
 with the flipped, transposed kernel, one call per stride phase; see ``conv.py``) and has its own
-weight-gradient kernel. Products are contracted to FMAs (``fastmath={"contract"}``), as BLAS
-does; nothing else is reordered.
+weight-gradient kernel. Every product is a fused multiply-add (one rounding, the same bits on
+every CPU with FMA); nothing is reordered. Elements are addressed through the arrays' strides, in
+element offsets from their first element (what :mod:`jit.block` takes).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from jit import prange
-from models.kernels.threads import CONTRACT, jit
+import jit as _jit
+from jit import block, prange
+from models.kernels.threads import jit
 
 VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
 # Output pixels per tile, per register block, each with its time per computed pixel relative to
-# the fastest: TILE x VEC accumulators in 8-float vectors plus the weight vectors and a broadcast,
-# within AVX2's 16 registers. Only tiles that LLVM was seen to vectorise cleanly are listed (8 x 8
-# stays scalar; 12 x 8 runs at half the speed of 6 x 8), so wider AVX-512 register files are not
-# used for bigger tiles. Measured on Zen 1 (one thread, every tile on the same arrays, the G16
+# the fastest, for AVX2's 16 registers (TILE x VEC accumulators in 8-float vectors plus the weight
+# vectors and a broadcast). Measured on Zen 1 (one thread, every tile on the same arrays, the G16
 # layers of B0/B4-G16-GN and the 56 x 56 layer): per computed pixel, 4 x 16 and 6 x 16 are within
 # 3 % of each other (4 ahead on rows of 24-56, 6 on rows of 6-12); 3 x 16 (6 accumulators) takes
 # 8-11 % longer per pixel, but on B4's 3 x 3 maps it computes 3 columns where 4 x 16 computes 4:
 # the forward of those layers 17-18 % faster. :func:`tile_for` weighs the columns by these costs.
 TILES = {16: {4: 1.0, 6: 1.0, 3: 1.1}, 8: {6: 1.0}}
+# The same for AVX-512's 32 registers (one 16-float vector per row of the block, broadcasts folded
+# into the FMAs): wider tiles, smaller ones kept for narrow rows (see bench/bench_kernels.py).
+TILES_WIDE = {16: {12: 1.0, 8: 1.0, 7: 1.05, 6: 1.1, 4: 1.2, 3: 1.3}, 8: {12: 1.0, 6: 1.1}}
 # Weight gradient: output pixels (whole rows) per scratch fill, summed in registers between two
 # flushes. Each fill copies (block - 1) * sh + KH input rows, so a block of one 56-pixel row copied
 # every input row three times for a 3x3 kernel. Measured on Zen 1 over every G16 layer of the three
@@ -55,10 +57,17 @@ def vec_for(width: int) -> int | None:
     return next((v for v in VECS if width % v == 0), None)
 
 
-def tile_for(vec: int, wo: int) -> int:
+def tile_table(registers: tuple[int, int] | None = None) -> dict[int, dict[int, float]]:
+    """:data:`TILES` or :data:`TILES_WIDE` for a register file of (count, float32 lanes) (default:
+    the one compiled for, ``jit.vector_registers``)."""
+    return TILES_WIDE if (registers or _jit.vector_registers())[0] >= 32 else TILES
+
+
+def tile_for(vec: int, wo: int, table: dict | None = None) -> int:
     """Output pixels per tile for rows of ``wo`` pixels: the tile whose whole tiles cover the row
     in the least time, columns computed times the tile's cost per pixel (the narrower on a tie)."""
-    return min(TILES[vec], key=lambda tile: (-(-wo // tile) * tile * TILES[vec][tile], tile))
+    costs = (table or tile_table())[vec]
+    return min(costs, key=lambda tile: (-(-wo // tile) * tile * costs[tile], tile))
 
 
 def channel_block(vec: int) -> int:
@@ -122,31 +131,36 @@ def weight_grad(x, dy, part, sh, sw, pt, pl, block, scratch) -> None:
     _kernels[key](x, dy, part, sh, pt, pl, block, scratch, taps)
 
 
-def tap_block(vec: int, taps: int, itemsize: int = 4) -> int:
+def tap_block(vec: int, taps: int, itemsize: int = 4, registers: tuple[int, int] | None = None) -> int:
     """Taps per weight-gradient register block: the largest that divides ``taps`` (KW * Cg) with
-    at most 12 accumulators of 32 bytes (float32: 6 x 16 or 12 x 8; float64, which the gradient
-    checks use: 3 x 16). 6 x 16 took the G16 3x3 weight gradients 7-14 % faster than 4 x 16 (Zen 1,
-    one thread); a divisor needs no padded taps. Each block size is a kernel of its own (about 4 s
-    to compile)."""
-    most = 12 * 32 // (vec * itemsize)
+    at most 12 accumulators of 32 bytes on AVX2 (float32: 6 x 16 or 12 x 8; float64, which the
+    gradient checks use: 3 x 16), 24 of 64 bytes on AVX-512 (24 x 16). 6 x 16 took the G16 3x3
+    weight gradients 7-14 % faster than 4 x 16 (Zen 1, one thread); a divisor needs no padded taps.
+    Each block size is a kernel of its own (about 4 s to compile)."""
+    count, lanes = registers or _jit.vector_registers()
+    per_row = -(-vec * itemsize // (4 * lanes))  # registers per row of the block
+    most = (12 if count < 32 else 24) // per_row
     return next(cb for cb in range(most, 0, -1) if taps % cb == 0)
 
 
 def _make_conv(VEC: int, TILE: int):
     """The convolution kernel for one register block and tile (see :func:`conv`)."""
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    @jit(parallel=True, min_elems=0)
     def kernel(x, w, y, sh, sw, pt, pl, scratch, taps, oy, ox, osh, osw, ho_, wo_):
         n_, h_, w_, groups, cg = x.shape
         cog = y.shape[4]  # ho_, wo_: the output rows and columns of the phase (phase_shape)
-        kh_, kc_ = w.shape[1], w.shape[2]  # w: [G, KH, KW * Cg, Cog]
+        kh_, kc_ = w.shape[1], w.shape[2]  # w: [G, KH, KW * Cg, Cog] (contiguous)
         chunks = scratch.shape[0]
         span = -(-wo_ // TILE) * TILE  # output columns computed: whole tiles (the excess is not stored)
         cols = max(0, min(w_, scratch.shape[3] - pl))
         rows = n_ * ho_
+        sy = y.strides[0] // y.itemsize, y.strides[1] // y.itemsize, y.strides[2] // y.itemsize, \
+            y.strides[3] // y.itemsize, y.strides[4] // y.itemsize
+        tst = taps.strides[0] // taps.itemsize, taps.strides[1] // taps.itemsize, \
+            taps.strides[2] // taps.itemsize, taps.strides[3] // taps.itemsize
         for k in prange(chunks):
             scratch[k] = 0
-            acc = np.empty((TILE, VEC), y.dtype)
             image, filled = -1, 0  # the image in the ring, and one past the last input row copied
             for r in range(k * rows // chunks, (k + 1) * rows // chunks):
                 n = r // ho_
@@ -162,20 +176,19 @@ def _make_conv(VEC: int, TILE: int):
                             for c in range(cg):
                                 scratch[k, i % kh_, g, pl + j, c] = x[n, i, j, g, c]
                 filled = max(filled, top + kh1)
+                out_row = n * sy[0] + (oy + ho * osh) * sy[1]
                 for g in range(groups):
                     for b in range(0, cog, VEC):
                         for wo in range(0, span, TILE):
-                            acc[:] = 0
+                            acc = block.zeros(y, TILE, VEC)
                             for kh in range(kh0, kh1):
-                                slot = (top + kh) % kh_
-                                for q in range(kc_):  # the taps (kw, c) in order: one run in the view
-                                    for t in range(TILE):
-                                        xv = taps[k, slot, g, (wo + t) * sw, q]
-                                        for v in range(VEC):
-                                            acc[t, v] += xv * w[g, kh, q, b + v]
-                            for t in range(min(TILE, wo_ - wo)):
-                                for v in range(VEC):
-                                    y[n, oy + ho * osh, ox + (wo + t) * osw, g, b + v] = acc[t, v]
+                                # the taps (kw, c) of output pixel wo + t: one run in the view
+                                first = k * tst[0] + (top + kh) % kh_ * tst[1] + g * tst[2] + wo * sw * tst[3]
+                                wrow = ((g * kh_ + kh) * kc_) * cog + b
+                                for q in range(kc_):
+                                    acc = block.outer_fma(acc, taps, first + q, sw * tst[3], w, wrow + q * cog)
+                            block.store(acc, y, out_row + (ox + wo * osw) * sy[2] + g * sy[3] + b * sy[4],
+                                        osw * sy[2], min(TILE, wo_ - wo))
 
     return kernel
 
@@ -186,23 +199,25 @@ def _make_weight_grad(VEC: int, CB: int):
     pixel wo holds the taps of output pixel wo (stride sw) on scratch row r, so the pixel loop
     indexes a view axis of its own, with no index arithmetic to redo per pixel."""
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
-    def kernel(x, dy, part, sh, pt, pl, block, scratch, taps):
+    @jit(parallel=True, min_elems=0)
+    def kernel(x, dy, part, sh, pt, pl, rows_block, scratch, taps):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
         chunks, kh_, kc_ = part.shape[0], part.shape[2], part.shape[3]
-        per_image = -(-ho_ // block)
+        per_image = -(-ho_ // rows_block)
         items = n_ * per_image
         hp = scratch.shape[1]
         cols = max(0, min(w_, scratch.shape[2] - pl))
+        sd = dy.strides[0] // dy.itemsize, dy.strides[1] // dy.itemsize, dy.strides[2] // dy.itemsize, \
+            dy.strides[3] // dy.itemsize
+        tst = taps.strides[0] // taps.itemsize, taps.strides[1] // taps.itemsize, taps.strides[2] // taps.itemsize
         for k in prange(chunks):
             part[k] = 0
             scratch[k] = 0
-            acc = np.empty((CB, VEC), part.dtype)
             for item in range(k * items // chunks, (k + 1) * items // chunks):
                 n = item // per_image
-                ho0 = item % per_image * block
-                rows = min(block, ho_ - ho0)
+                ho0 = item % per_image * rows_block
+                rows = min(rows_block, ho_ - ho0)
                 for g in range(groups):
                     for i in range(hp):  # scratch row i is x row ho0*sh - pt + i (zero outside the image)
                         row = ho0 * sh - pt + i
@@ -217,16 +232,12 @@ def _make_weight_grad(VEC: int, CB: int):
                     for kh in range(kh_):
                         for q0 in range(0, kc_, CB):
                             for b in range(0, cog, VEC):
-                                acc[:] = 0
+                                acc = block.zeros(part, CB, VEC)
                                 for q in range(rows):
-                                    r = q * sh + kh
+                                    trow = k * tst[0] + (q * sh + kh) * tst[1] + q0
+                                    drow = n * sd[0] + (ho0 + q) * sd[1] + g * sd[3] + b
                                     for wo in range(wo_):
-                                        for u in range(CB):
-                                            xv = taps[k, r, wo, q0 + u]
-                                            for v in range(VEC):
-                                                acc[u, v] += xv * dy[n, ho0 + q, wo, g, b + v]
-                                for u in range(CB):
-                                    for v in range(VEC):
-                                        part[k, g, kh, q0 + u, b + v] += acc[u, v]
+                                        acc = block.outer_fma(acc, taps, trow + wo * tst[2], 1, dy, drow + wo * sd[2])
+                                block.add_to(acc, part, (((k * groups + g) * kh_ + kh) * kc_ + q0) * cog + b, cog)
 
     return kernel

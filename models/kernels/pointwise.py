@@ -4,44 +4,41 @@ activations (NHWC pixels as rows) and a ``[K, N]`` weight, and the weight gradie
 
 The forward pass is ``x @ W`` and the input gradient ``dy @ W^T``: the same kernel, given the
 weight in ``[Cin, Cout]`` or in its stored ``[Cout, Cin]`` order. Register block: ``TILE`` rows
-of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), the ``TILE x VEC``
-accumulators in vector registers, as in ``direct_conv``: each step along K loads
-``VEC`` weights (one or two 8-float vectors) and broadcasts one value per row, for
-``TILE * VEC / 8`` FMAs; 6 x 16 (12 accumulators) and 12 x 8 (12 accumulators) leave room in
-AVX2's 16 registers for the weight vectors and a broadcast. LLVM's SLP vectoriser packs the
-unrolled block (see ``threads``). The weight gradient uses the same block turned around: each
-step is one row (pixel), broadcasting ``TILE`` adjacent values of ``a``'s row and loading
-``VEC`` of ``b``'s, so 12 FMAs per 8 loads (the direct convolution's weight gradient, 4 x 16,
-does 8 per 6).
+of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), a :mod:`jit.block` value
+that LLVM keeps in vector registers on every CPU: each step along K loads ``VEC`` weights and
+broadcasts one value per row into one fused multiply-add per row. ``TILE`` is sized from the
+register file the kernels are compiled for (:func:`tiles`): 6 x 16 (12 ymm accumulators) and
+12 x 8 on AVX2's 16 registers, 24 x 16 and 24 x 8 on AVX-512's 32. The weight gradient uses the
+same block turned around: each step is one row (pixel), broadcasting ``TILE`` adjacent values of
+``a``'s row and loading ``VEC`` of ``b``'s; its ``TILE`` is the largest candidate dividing K.
 
 Cache blocking: each thread takes a contiguous run of rows and walks it in blocks of
 ``ROWS_BLOCK`` rows; within a block, for each slice of ``K_BLOCK`` along K and each ``VEC``
 columns, the weight panel (``K_BLOCK x VEC``, at most 16 KiB) stays in L1 while the block's
-rows (at most ``ROWS_BLOCK x K_BLOCK``, 96 KiB in float32) are read from L2. Slices after the
-first resume from the partial sums stored in ``y``, so every output is the same chain of FMAs
-over k = 0, 1, ... whatever the blocking or thread count (results do not depend on either).
-Rows after the last whole tile are computed by the caller as one zero-padded tile, so the
-tiled loop has no bounds tests. The weight gradient splits the rows into runs with one partial
-``[K, N]`` each (summed by the caller, in a fixed order), and sums blocks of ``PIXELS_BLOCK``
-rows in registers between two additions into the partial. Products are contracted to FMAs
-(``fastmath={"contract"}``), as BLAS does. Nothing is cached but the compiled kernels (one per
-register block and kind, built by a factory as in ``direct_conv``).
+rows are read from L2. Slices after the first resume from the partial sums stored in ``y``, so
+every output is the same chain of FMAs over k = 0, 1, ... whatever the blocking, the tile or the
+thread count (results depend on none of them, nor on the CPU, as long as it has FMA). Rows after
+the last whole tile are computed by the caller as one zero-padded tile, so the tiled loop has
+no bounds tests. The weight gradient splits the rows into runs with one partial ``[K, N]`` each
+(summed by the caller, in a fixed order), and sums blocks of ``PIXELS_BLOCK`` rows in registers
+between two additions into the partial. Nothing is cached but the compiled kernels (one per
+register block and kind, built by a factory).
 
-Measured against OpenBLAS's sgemm (Haswell kernels) on Zen 1: about 85 % of a core's FMA peak
-with the operands in cache, a little below BLAS there, and at par or ahead where BLAS's packing
-is not amortised; :func:`suits` and :func:`suits_weight_grad` are the rules that pick them.
+Whether a product goes through these kernels or through BLAS is :func:`suits` and
+:func:`suits_weight_grad` (rules on the shape, measured on Zen 1), and then the machine's own
+measurement where one was recorded (``models.kernels.wisdom``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from jit import prange
+import jit as _jit
+from jit import block, prange
 from models.kernels import threads as _threads
-from models.kernels.threads import CONTRACT, jit
+from models.kernels.threads import jit
 
-TILES = {16: 6, 8: 12}  # rows per tile for each register block width (12 accumulators each)
-ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every tile)
+ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every forward tile)
 K_BLOCK = 256  # K per slice: the weight panel K_BLOCK x VEC stays in L1
 PIXELS_BLOCK = 512  # weight gradient: rows summed in registers between two flushes (both blocks in L2)
 MANY_ROWS, FEW_ROWS, NARROW, MIN_WORK = 1 << 16, 896, 16, 1 << 20  # see suits()
@@ -79,14 +76,30 @@ def suits_weight_grad(m: int, k: int, n: int, dtype) -> bool:
     pixels of 24-144 channels, when the result's wider side is N (the caller tries that
     orientation first); BLAS or the direct kernel keep the shorter reductions and the small results."""
     vec = vec_for(n)
-    if not (np.dtype(dtype) == np.float32 and vec is not None and k % TILES[vec] == 0):
+    if not (np.dtype(dtype) == np.float32 and vec is not None and grad_tile(k, vec) is not None):
         return False
     return m >= LONG_ROWS or m >= MIN_ROWS_WGRAD and k * n >= WGRAD_ENTRIES
 
 
+def tiles(registers: tuple[int, int] | None = None) -> dict[int, tuple[int, ...]]:
+    """Rows per register block for each block width (16 or 8 columns), widest first, for a register
+    file of (count, float32 lanes) (default: the one compiled for, ``jit.vector_registers``): the
+    accumulators, the weight vectors of one row and a broadcast within the registers. The forward
+    pass uses the first, the weight gradient the first that divides K."""
+    count, lanes = registers or _jit.vector_registers()
+    if count >= 32:
+        return {16: (24, 16, 8, 6), 8: (24, 16, 8, 6)}
+    return {16: (6, 4, 2), 8: (12, 8, 4, 2)}
+
+
 def vec_for(n: int) -> int | None:
     """The register block width for N output columns (None: N is not a multiple of 8)."""
-    return next((v for v in TILES if n % v == 0), None)
+    return next((v for v in (16, 8) if n % v == 0), None)
+
+
+def grad_tile(k: int, vec: int) -> int | None:
+    """Rows of the weight gradient's register block for K columns of ``a`` (None: no tile divides K)."""
+    return next((t for t in tiles()[vec] if k % t == 0), None)
 
 
 def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
@@ -95,11 +108,11 @@ def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
     go through the same kernel as one zero-padded tile (a small copy), so they get the same
     chain of FMAs as every other row."""
     vec = vec_for(w.shape[1])
-    key = ("matmul", vec)
+    tile = tiles()[vec][0]
+    key = ("matmul", vec, tile)
     if key not in _kernels:
-        _kernels[key] = _make_matmul(vec, TILES[vec])
+        _kernels[key] = _make_matmul(vec, tile)
     run = getattr(_kernels[key], "compiled", _kernels[key])  # launched here, on the threads chosen below
-    tile = TILES[vec]
     m = a.shape[0]
     tail = m % tile
     if m >= tile:
@@ -118,19 +131,15 @@ def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
 def _make_matmul(VEC: int, TILE: int):
     """The kernel for one register block (see :func:`matmul`)."""
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    @jit(parallel=True, min_elems=0)
     def kernel(a, w, y, chunks):
         m_, k_ = a.shape
         n_ = w.shape[1]
         slices, nb = -(-k_ // K_BLOCK), n_ // VEC
         tiles = m_ // TILE  # (the caller does the rows after the last whole tile)
-        yf = y.reshape(y.size)  # stored through flat unsigned indices (see the end of the tile)
-        width = min(VEC, n_)  # = VEC, but not a constant to LLVM (see the end of the tile)
         for p in prange(chunks):
             lo, tiled = p * tiles // chunks * TILE, (p + 1) * tiles // chunks * TILE
-            acc = np.empty((TILE, VEC), y.dtype)
-            # (row block, K slice, column block) as one flat loop: an extra loop level around the
-            # tile loop, and any other loop over the accumulators, were seen to stop the vectorisation
+            # (row block, K slice, column block) as one flat loop
             for job in range(-(-(tiled - lo) // ROWS_BLOCK) * slices * nb):
                 r0 = lo + job // (slices * nb) * ROWS_BLOCK
                 r1 = min(r0 + ROWS_BLOCK, tiled)
@@ -138,49 +147,34 @@ def _make_matmul(VEC: int, TILE: int):
                 c1 = min(c0 + K_BLOCK, k_)
                 b = job % nb * VEC
                 for r in range(r0, r1, TILE):
-                    if c0 == 0:
-                        acc[:] = 0
-                    else:
-                        for t in range(TILE):
-                            for v in range(VEC):
-                                acc[t, v] = y[r + t, b + v]
+                    acc = block.zeros(y, TILE, VEC)
+                    if c0 > 0:
+                        acc = block.load(acc, y, r * n_ + b, n_)
                     for c in range(c0, c1):
-                        cu = np.uint64(c)  # (unsigned: no negative-index wraparound test per step)
-                        for t in range(TILE):
-                            xv = a[r + t, cu]
-                            for v in range(VEC):
-                                acc[t, v] += xv * w[cu, b + v]
-                    # the copy out of the accumulators: with a constant trip count LLVM unrolls it
-                    # into scalar loads and stores (it cannot prove y and acc apart); as a
-                    # runtime-length copy at unsigned (provably consecutive) indices it becomes
-                    # one memcpy per row of the tile (measured 3-10 % faster)
-                    for t in range(TILE):
-                        base = np.uint64((r + t) * n_ + b)
-                        for v in range(width):
-                            vu = np.uint64(v)
-                            yf[base + vu] = acc[t, vu]
+                        acc = block.outer_fma(acc, a, r * k_ + c, k_, w, c * n_ + b)
+                    block.store(acc, y, r * n_ + b, n_, TILE)
 
     return kernel
 
 
 def weight_grad(a: np.ndarray, b: np.ndarray, part: np.ndarray) -> None:
     """part[p] = a[rows p]^T @ b[rows p] for C-contiguous a [M, K], b [M, N] (K a multiple of
-    the tile, N of the register block), the rows in ``part.shape[0]`` contiguous runs (one per
+    a tile, N of the register block), the rows in ``part.shape[0]`` contiguous runs (one per
     thread and chunk): the caller sums the chunks. Register block: ``TILE`` columns of ``a``
     (broadcast, adjacent in memory) times ``VEC`` columns of ``b``; each run goes in blocks of
     ``PIXELS_BLOCK`` rows (both operands' block in L2), summed in registers, then added to the
     run's partial."""
     vec = vec_for(b.shape[1])
-    key = ("weight_grad", vec)
+    key = ("weight_grad", vec, grad_tile(a.shape[1], vec))
     if key not in _kernels:
-        _kernels[key] = _make_weight_grad(vec, TILES[vec])
+        _kernels[key] = _make_weight_grad(*key[1:])
     _kernels[key](a, b, part)
 
 
 def _make_weight_grad(VEC: int, TILE: int):
     """The weight-gradient kernel for one register block (see :func:`weight_grad`)."""
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    @jit(parallel=True, min_elems=0)
     def kernel(a, b, part):
         m_, k_ = a.shape
         n_ = b.shape[1]
@@ -189,21 +183,14 @@ def _make_weight_grad(VEC: int, TILE: int):
         for p in prange(chunks):
             lo, hi = p * m_ // chunks, (p + 1) * m_ // chunks
             part[p] = 0
-            acc = np.empty((TILE, VEC), part.dtype)
             for job in range(-(-(hi - lo) // PIXELS_BLOCK) * kt * nb):  # (row block, tile, column block)
                 q0 = lo + job // (kt * nb) * PIXELS_BLOCK
                 q1 = min(q0 + PIXELS_BLOCK, hi)
                 r = job // nb % kt * TILE
                 col = job % nb * VEC
-                acc[:] = 0
+                acc = block.zeros(part, TILE, VEC)
                 for q in range(q0, q1):
-                    qu = np.uint64(q)
-                    for t in range(TILE):
-                        xv = a[qu, r + t]
-                        for v in range(VEC):
-                            acc[t, v] += xv * b[qu, col + v]
-                for t in range(TILE):
-                    for v in range(VEC):
-                        part[p, r + t, col + v] += acc[t, v]
+                    acc = block.outer_fma(acc, a, q * k_ + r, 1, b, q * n_ + col)
+                block.add_to(acc, part, (p * k_ + r) * n_ + col, n_)
 
     return kernel

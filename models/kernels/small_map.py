@@ -6,8 +6,8 @@ and the tiled weight gradient, which sums a few pixels per register flush, spend
 flushing and multiplying zero padding. :func:`group_weight_grad` instead makes (group, kernel
 row) pairs the work items, sums over whole images with each pixel's in-image taps only, and
 needs no partial sums. A shape-only rule picks it (:func:`suits_group_weight_grad`), so every
-thread count computes the same bits. Products are contracted to FMAs, nothing else is
-reordered; nothing is cached but the compiled kernels.
+thread count computes the same bits. Products are fused multiply-adds in a :mod:`jit.block`
+register block, nothing else is reordered; nothing is cached but the compiled kernels.
 
 (A forward kernel of the same kind, 4 images side by side in the register block over each
 pixel's in-image taps, was tried: 2x faster than the tiled one on B4's 3 x 3 maps called in a
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit import prange
+from jit import block, prange
 from models.kernels.direct_conv import channel_block, vec_for
-from models.kernels.threads import CONTRACT, jit
+from models.kernels.threads import jit
 
 SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
 GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes
@@ -60,15 +60,20 @@ def group_weight_grad(x, dy, out, sh, sw, pt, pl) -> None:
 def _make_group_weight_grad(VEC: int, CB: int):
     """The by-group weight-gradient kernel for one register block (see :func:`group_weight_grad`)."""
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    @jit(parallel=True, min_elems=0)
     def kernel(x, dy, out, sh, sw, pt, pl, images):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]
         kh_, kw_ = out.shape[1], out.shape[2]
+        sx = x.strides[0] // x.itemsize, x.strides[1] // x.itemsize, x.strides[2] // x.itemsize, \
+            x.strides[3] // x.itemsize, x.strides[4] // x.itemsize
+        sd = dy.strides[0] // dy.itemsize, dy.strides[1] // dy.itemsize, dy.strides[2] // dy.itemsize, \
+            dy.strides[3] // dy.itemsize
+        so = out.strides[0] // out.itemsize, out.strides[1] // out.itemsize, out.strides[2] // out.itemsize, \
+            out.strides[3] // out.itemsize
         for item in prange(groups * kh_):
             g = item // kh_
             kh = item % kh_
-            acc = np.empty((CB, VEC), out.dtype)
             q0 = max(0, -((kh - pt) // sh))  # output rows whose tap row lies inside the image
             q1 = min(ho_, (h_ - 1 + pt - kh) // sh + 1)
             for n0 in range(0, n_, images):  # blocks of images: their rows stay in cache across the taps
@@ -77,22 +82,18 @@ def _make_group_weight_grad(VEC: int, CB: int):
                     w1 = min(wo_, (w_ - 1 + pl - kw) // sw + 1)
                     for c0 in range(0, cg, CB):
                         for b in range(0, cog, VEC):
-                            acc[:] = 0
+                            acc = block.zeros(out, CB, VEC)
                             for n in range(n0, min(n_, n0 + images)):
                                 for q in range(q0, q1):
-                                    row = q * sh - pt + kh
+                                    xrow = n * sx[0] + (q * sh - pt + kh) * sx[1] + g * sx[3] + c0 * sx[4]
+                                    drow = n * sd[0] + q * sd[1] + g * sd[3] + b
                                     for wo in range(w0, w1):
-                                        col = wo * sw - pl + kw
-                                        for u in range(CB):
-                                            xv = x[n, row, col, g, c0 + u]
-                                            for v in range(VEC):
-                                                acc[u, v] += xv * dy[n, q, wo, g, b + v]
-                            for u in range(CB):
-                                for v in range(VEC):
-                                    if n0 == 0:
-                                        out[g, kh, kw, c0 + u, b + v] = acc[u, v]
-                                    else:
-                                        out[g, kh, kw, c0 + u, b + v] += acc[u, v]
+                                        acc = block.outer_fma(acc, x, xrow + (wo * sw - pl + kw) * sx[2], sx[4],
+                                                              dy, drow + wo * sd[2])
+                            dst = g * so[0] + kh * so[1] + kw * so[2] + c0 * so[3] + b
+                            if n0 == 0:
+                                block.store(acc, out, dst, so[3], CB)
+                            else:
+                                block.add_to(acc, out, dst, so[3])
 
     return kernel
-

@@ -112,8 +112,11 @@ def test_direct_weight_gradient_over_ragged_row_blocks(monkeypatch, stride):
 
 def test_the_tile_is_the_one_that_computes_the_row_in_the_least_time():
     # 3 pixels only where they save columns enough for their 10 % more time per pixel; ties: the narrower
-    assert [D.tile_for(16, wo) for wo in (1, 2, 3, 4, 5, 6, 7, 9, 12, 14, 56)] == [3, 3, 3, 4, 6, 6, 4, 3, 4, 4, 4]
-    assert [D.tile_for(8, wo) for wo in (1, 16, 48)] == [6, 6, 6]
+    avx2 = D.tile_table((16, 8))
+    assert [D.tile_for(16, wo, avx2) for wo in (1, 2, 3, 4, 5, 6, 7, 9, 12, 14, 56)] == [3, 3, 3, 4, 6, 6, 4, 3, 4, 4, 4]
+    assert [D.tile_for(8, wo, avx2) for wo in (1, 16, 48)] == [6, 6, 6]
+    avx512 = D.tile_table((32, 16))  # wider tiles where the 32 registers hold them
+    assert [D.tile_for(16, wo, avx512) for wo in (3, 6, 7, 12, 14, 24, 48, 56)] == [3, 6, 7, 12, 7, 8, 8, 8]
 
 
 def test_the_tap_view_holds_an_output_pixels_taps_in_one_run():
@@ -124,7 +127,11 @@ def test_the_tap_view_holds_an_output_pixels_taps_in_one_run():
         np.testing.assert_array_equal(taps[row, col], scratch[row, col:col + 3].reshape(-1))  # (kw, c) order
 
 
-def test_the_weight_gradient_block_is_the_largest_divisor_of_the_taps_in_12_vectors():
-    assert [D.tap_block(16, taps) for taps in (48, 80, 16, 9, 7, 96)] == [6, 5, 4, 3, 1, 6]  # 3x3 G16, 5x5, 1x1, stem
-    assert [D.tap_block(8, taps) for taps in (24, 40, 9, 96)] == [12, 10, 9, 12]
-    assert [D.tap_block(16, taps, itemsize=8) for taps in (48, 80, 9, 7)] == [3, 2, 3, 1]  # float64
+def test_the_weight_gradient_block_is_the_largest_divisor_of_the_taps_in_the_register_file():
+    avx2, avx512 = (16, 8), (32, 16)  # 12 ymm accumulators; 24 zmm
+    assert [D.tap_block(16, taps, registers=avx2) for taps in (48, 80, 16, 9, 7, 96)] == [6, 5, 4, 3, 1, 6]  # 3x3, 5x5, 1x1, stem
+    assert [D.tap_block(8, taps, registers=avx2) for taps in (24, 40, 9, 96)] == [12, 10, 9, 12]
+    assert [D.tap_block(16, taps, itemsize=8, registers=avx2) for taps in (48, 80, 9, 7)] == [3, 2, 3, 1]  # float64
+    assert [D.tap_block(16, taps, registers=avx512) for taps in (48, 80, 16, 9, 96)] == [24, 20, 16, 9, 24]
+    assert [D.tap_block(8, taps, registers=avx512) for taps in (24, 40, 96)] == [24, 20, 24]
+    assert [D.tap_block(16, taps, itemsize=8, registers=avx512) for taps in (48, 80)] == [12, 10]

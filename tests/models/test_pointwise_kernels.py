@@ -70,7 +70,7 @@ def test_rule():
     assert P.suits(1 << 16, 16, 32, np.float32, transposes_weight=True)
     assert P.suits_weight_grad(1 << 16, 96, 96, np.float32) and P.suits_weight_grad(1 << 14, 48, 8, np.float32)
     assert P.suits_weight_grad(3136, 480, 80, np.float32)  # B0-224's 14 x 14 stage: a result of 38400 entries
-    assert not P.suits_weight_grad(1 << 16, 16, 96, np.float32)  # K not whole tiles (6 for N = 96)
+    assert not P.suits_weight_grad(1 << 16, 9, 96, np.float32)  # K whole tiles of no register block
     assert not P.suits_weight_grad(4096, 96, 96, np.float32)  # a short reduction into a small result
     assert not P.suits_weight_grad(1024, 480, 80, np.float32)  # too short
 
