@@ -43,21 +43,24 @@ def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
                 d = row[c] - shift[c]
                 s1[c] += d
                 s2[c] += d * d
-        for g in range(groups):
+        for g in range(groups):  # (views and indices from 0: a signed c would need a wraparound test per
+            lo = g * cg            # element, which LLVM vectorises into gathers and scatters on AVX-512)
+            sh, t1, t2 = shift[lo:lo + cg], s1[lo:lo + cg], s2[lo:lo + cg]
             total = 0.0
-            for c in range(g * cg, (g + 1) * cg):
-                total += shift[c] * m_ + s1[c]
+            for j in range(cg):
+                total += sh[j] * m_ + t1[j]
             mean = total / count
             ss = 0.0
-            for c in range(g * cg, (g + 1) * cg):  # sum (x - mean)^2 = sum (d + e)^2, e = shift - mean
-                e = shift[c] - mean
-                ss += s2[c] + 2.0 * e * s1[c] + m_ * e * e
+            for j in range(cg):  # sum (x - mean)^2 = sum (d + e)^2, e = shift - mean
+                e = sh[j] - mean
+                ss += t2[j] + 2.0 * e * t1[j] + m_ * e * e
             inv = 1.0 / math.sqrt(max(ss / count, 0.0) + eps)
             invstd[n, g] = inv
-            for c in range(g * cg, (g + 1) * cg):
-                mu[n, c] = mean
-                mu_lo[n, c] = mean - mu[n, c]
-                a[n, c] = inv * gamma[c]
+            mg, lg, ag, gg = mu[n, lo:lo + cg], mu_lo[n, lo:lo + cg], a[n, lo:lo + cg], gamma[lo:lo + cg]
+            for j in range(cg):
+                mg[j] = mean
+                lg[j] = mean - mg[j]
+                ag[j] = inv * gg[j]
 
 
 @jit()
@@ -141,18 +144,21 @@ def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamm
                 p0[c] += g
                 p1[c] += g * d
         gi, k0, k1 = np.empty(c_, x.dtype), np.empty(c_, x.dtype), np.empty(c_, x.dtype)
-        for g in range(groups):  # by group, not c // cg per channel (an integer division each)
+        for g in range(groups):  # by group, not c // cg per channel (an integer division each); views
+            lo = g * cg            # indexed from 0 (see group_stats)
             inv = invstd[n, g]
+            q0, q1, gm = p0[lo:lo + cg], p1[lo:lo + cg], gamma[lo:lo + cg]
             kg0 = 0.0
             kg1 = 0.0
-            for c in range(g * cg, (g + 1) * cg):
-                p1[c] *= inv  # now sum dz * xhat
-                kg0 += gamma[c] * p0[c] / count
-                kg1 += gamma[c] * p1[c] / count
-            for c in range(g * cg, (g + 1) * cg):
-                gi[c] = gamma[c] * inv
-                k0[c] = kg0 * inv
-                k1[c] = kg1 * inv * inv
+            for j in range(cg):
+                q1[j] *= inv  # now sum dz * xhat
+                kg0 += gm[j] * q0[j] / count
+                kg1 += gm[j] * q1[j] / count
+            gig, k0g, k1g = gi[lo:lo + cg], k0[lo:lo + cg], k1[lo:lo + cg]
+            for j in range(cg):
+                gig[j] = gm[j] * inv
+                k0g[j] = kg0 * inv
+                k1g[j] = kg1 * inv * inv
         for r in range(m_):
             xr, out = x[n, r], dx[n, r]
             for c in range(c_):
