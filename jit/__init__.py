@@ -19,11 +19,16 @@ OpenBLAS's and oneDNN's 512-bit kernels use. ``512`` lifts that preference (numb
 plus ``-prefer-256-bit``), ``256`` sets it. A different width is another numba target, cached apart.
 It changes no result: no kernel lets LLVM reorder a sum. :func:`vector_registers` tells the kernels
 the register file they are compiled for, from which they size their register blocks.
+
+``POPRUN_WISDOM`` (read here too) is where the kernels' measured choices between a hand kernel
+and BLAS are kept (``models.kernels.wisdom``): unset, ``$XDG_CACHE_HOME/poprun_py/kernel-wisdom.json``
+(``~/.cache`` without it); a path; or ``off``, where fixed rules on the shape decide (the tests).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections.abc import Callable
 
 import numba
@@ -82,6 +87,19 @@ def vector_registers() -> tuple[int, int]:
     return 16, 8 if "+avx" in features else 4
 
 
+WISDOM_VARIABLE = "POPRUN_WISDOM"
+
+
+def wisdom_path() -> Path | None:
+    """The file of measured kernel choices (``POPRUN_WISDOM``), None when it is ``off``."""
+    value = os.environ.get(WISDOM_VARIABLE, "").strip()
+    if value.lower() in ("off", "0", "false", "no"):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "poprun_py" / "kernel-wisdom.json"
+
+
 def is_enabled() -> bool:
     """True when the kernels are compiled with numba."""
     return ENABLED
@@ -138,4 +156,4 @@ else:
 
 
 __all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "is_enabled", "jit",
-           "prange", "target_features", "vector_registers", "vector_width"]
+           "prange", "target_features", "vector_registers", "vector_width", "wisdom_path", "WISDOM_VARIABLE"]

@@ -20,6 +20,9 @@ def _no_inherited_launch_env(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "PMIX_", "SLURM_", "MPI_LOCAL")):
             monkeypatch.delenv(name, raising=False)
+    # the kernels' fixed shape rules, not this machine's measured choices (models/kernels/wisdom.py):
+    # tests that compare bits with recorded figures or across processes see the same formulations
+    monkeypatch.setenv("POPRUN_WISDOM", "off")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hooks: ignored without it

@@ -60,11 +60,23 @@ def suits(m: int, k: int, n: int, dtype, transposes_weight: bool = False) -> boo
     ``TRANSPOSE_ROWS`` rows or more (the input gradient uses the weight as stored). K < 16 (a
     stem) stays with BLAS, and so does float64 (16 doubles per row of the block need twice the
     registers)."""
-    if not (np.dtype(dtype) == np.float32 and n % 8 == 0 and k >= 16):
+    if not (eligible(m, k, n, dtype) and k >= 16):
         return False
     if transposes_weight and m < TRANSPOSE_ROWS:
         return False
     return n <= NARROW or (m <= FEW_ROWS and m * k * n >= MIN_WORK) or (m >= MANY_ROWS and n <= 2 * NARROW)
+
+
+def eligible(m: int, k: int, n: int, dtype) -> bool:
+    """Whether :func:`matmul` can compute ``[M, K] @ [K, N]`` (float32, N a multiple of 8)."""
+    return np.dtype(dtype) == np.float32 and n % 8 == 0 and m > 0
+
+
+def eligible_weight_grad(m: int, k: int, n: int, dtype) -> bool:
+    """Whether :func:`weight_grad` can compute ``a^T @ b`` for a [M, K], b [M, N] (float32, N a
+    multiple of 8, K whole tiles of its register block)."""
+    vec = vec_for(n)
+    return np.dtype(dtype) == np.float32 and vec is not None and grad_tile(k, vec) is not None and m > 0
 
 
 def suits_weight_grad(m: int, k: int, n: int, dtype) -> bool:
@@ -75,8 +87,7 @@ def suits_weight_grad(m: int, k: int, n: int, dtype) -> bool:
     B0-224's [3136 pixels] x [80..672 channels]; 0.6-0.85x the direct kernel on 16384-50176
     pixels of 24-144 channels, when the result's wider side is N (the caller tries that
     orientation first); BLAS or the direct kernel keep the shorter reductions and the small results."""
-    vec = vec_for(n)
-    if not (np.dtype(dtype) == np.float32 and vec is not None and grad_tile(k, vec) is not None):
+    if not eligible_weight_grad(m, k, n, dtype):
         return False
     return m >= LONG_ROWS or m >= MIN_ROWS_WGRAD and k * n >= WGRAD_ENTRIES
 

@@ -1,0 +1,152 @@
+"""Measured choices between a hand kernel and BLAS, per machine and shape (as FFTW's wisdom).
+
+Where a product can go through a hand kernel or through BLAS, which is faster depends on the CPU,
+its BLAS and the shape: the hand kernels were tuned on AMD Zen, and no rule on the shape alone
+holds on every CPU. So the first time this machine meets a shape, :func:`choose` times every
+formulation on the call's own operands (each run once to warm up, then best of ``REPEATS``),
+records the fastest, and every later call and every later run on this machine takes the recorded
+choice. A given machine therefore computes the same bits on every run (the choice never changes
+once made, whatever the thread count or load), while the first run on a new CPU model measures.
+
+The file (``jit.wisdom_path``: ``POPRUN_WISDOM``, by default in the user's cache folder) holds one
+section per machine, keyed by :func:`machine`: the CPU model, the CPU numba compiles for with its
+vector registers, and the BLAS library and kernel; a shared home folder serves a cluster's hosts of
+one CPU model alike. It is read and written under an exclusive lock (``fcntl.flock``), and
+replaced atomically, so that instances started together on one host measure a shape once and all
+take the same choice. ``POPRUN_WISDOM=off`` measures nothing: the fixed rules on the shape
+(the ``rule`` argument) decide, as in the test suite. :func:`used` lists the choices this process
+took, for the run's record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import logging
+import os
+import platform
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jit as _jit
+
+logger = logging.getLogger(__name__)
+REPEATS = 3
+VERSION = 1
+_lock = threading.Lock()
+_known: dict[str, dict] = {}  # this machine's entries, as read or measured
+_used: dict[str, dict] = {}  # the entries this process took
+
+
+@functools.cache
+def machine() -> str:
+    """This machine's key: CPU model (family, model, stepping), numba's target CPU and registers, BLAS."""
+    import numba
+    from llvmlite import binding
+
+    from models.kernels import gemm
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, KeyError, ValueError):
+        with open("/proc/cpuinfo") as f:
+            info = dict((k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in
+                                                            f.read().split("\n\n")[0].splitlines() if ":" in line))
+        cpu = f"{info['model name']} (family {info['cpu family']} model {info['model']} stepping {info['stepping']})"
+    count, lanes = _jit.vector_registers()
+    target = numba.config.CPU_NAME or binding.get_host_cpu_name()
+    return f"{cpu}; numba {target}, {count} x {32 * lanes}-bit registers; {gemm.describe()}"
+
+
+def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[], object]], rule: str) -> str:
+    """The name of the formulation that ``kind`` of ``shape`` goes through: the recorded choice,
+    else the fastest of ``candidates`` measured now (each computes the same product into the
+    caller's buffers, which the chosen one then overwrites; a tie goes to the first listed);
+    ``rule`` where wisdom is off, or where only one candidate exists."""
+    path = _jit.wisdom_path()
+    if path is None or len(candidates) == 1:
+        return rule
+    key = f"{kind} {'x'.join(map(str, shape))} {'/'.join(candidates)}"
+    with _lock:
+        entry = _known.get(key)
+        if entry is None:
+            with _locked(path):
+                _known.update(_read(path).get(machine(), {}))
+                entry = _known.get(key)
+                if entry is None:
+                    entry = _known[key] = _measure(candidates)
+                    _write(path, key, entry)
+                    logger.info("kernel wisdom: %s through %s (%s)", key, entry["choice"],
+                                ", ".join(f"{k} {v:.3f} ms" for k, v in entry["ms"].items()))
+        _used[key] = entry
+    return entry["choice"]
+
+
+def used() -> dict[str, dict]:
+    """The choices this process took: {kind, shape and candidates: {choice, ms per candidate}} (for
+    the run record)."""
+    with _lock:
+        return dict(_used)
+
+
+def _measure(candidates: dict[str, Callable[[], object]]) -> dict:
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times) * 1e3
+
+    ms = {name: round(best(fn), 4) for name, fn in candidates.items()}
+    return {"choice": min(ms, key=lambda name: (ms[name], list(ms).index(name))), "ms": ms}
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"kernel wisdom {path}: unreadable ({e}); delete it (it is measured again) or set "
+                           f"{_jit.WISDOM_VARIABLE} to another file or to 'off'") from e
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("machines"), dict):
+        raise RuntimeError(f"kernel wisdom {path}: not a version-{VERSION} wisdom file; delete it (it is measured "
+                           f"again) or set {_jit.WISDOM_VARIABLE} to another file or to 'off'")
+    return data["machines"]
+
+
+def _write(path: Path, key: str, entry: dict) -> None:
+    """Add one entry to this machine's section (under the caller's lock), replacing the file atomically."""
+    machines = _read(path)
+    machines.setdefault(machine(), {})[key] = entry
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"version": VERSION, "machines": machines}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["REPEATS", "choose", "machine", "used"]

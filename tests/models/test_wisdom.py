@@ -1,0 +1,129 @@
+"""Kernel wisdom: a choice measured once per machine and shape, recorded, and taken from then on."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import numpy as np
+import pytest
+
+from models.kernels import wisdom as W
+
+
+class FakeClock:
+    """time.perf_counter for wisdom's measurements, advanced by the candidates themselves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def wisdom(tmp_path, monkeypatch):
+    path = tmp_path / "wisdom.json"
+    monkeypatch.setenv("POPRUN_WISDOM", str(path))
+    monkeypatch.setattr(W, "_known", {})
+    monkeypatch.setattr(W, "_used", {})
+    clock = FakeClock()
+    monkeypatch.setattr(W.time, "perf_counter", clock)
+    return path, clock
+
+
+def candidates(clock, costs: dict, calls: list):
+    def run(name):
+        calls.append(name)
+        clock.now += costs[name]
+
+    return {name: (lambda name=name: run(name)) for name in costs}
+
+
+def test_the_fastest_is_measured_once_recorded_and_taken_from_then_on(wisdom):
+    path, clock = wisdom
+    calls = []
+    assert W.choose("k", (4, 8), candidates(clock, {"hand": 3.0, "blas": 1.0}, calls), "hand") == "blas"
+    assert calls.count("hand") == calls.count("blas") == W.REPEATS + 1  # a warm-up, then the best of REPEATS
+    entry = json.loads(path.read_text())["machines"][W.machine()]["k 4x8 hand/blas"]
+    assert entry == {"choice": "blas", "ms": {"hand": 3000.0, "blas": 1000.0}}
+    calls.clear()
+    assert W.choose("k", (4, 8), candidates(clock, {"hand": 0.0, "blas": 9.0}, calls), "hand") == "blas"
+    assert calls == []  # recorded: not measured again, whatever the candidates would take now
+    assert W.used() == {"k 4x8 hand/blas": entry}
+
+
+def test_a_new_process_reads_the_choice_back_and_measures_nothing(wisdom, monkeypatch):
+    path, clock = wisdom
+    W.choose("k", (2,), candidates(clock, {"hand": 1.0, "blas": 2.0}, []), "blas")
+    monkeypatch.setattr(W, "_known", {})  # as a later run would start
+    calls = []
+    assert W.choose("k", (2,), candidates(clock, {"hand": 5.0, "blas": 0.0}, calls), "blas") == "hand"
+    assert calls == []
+
+
+def test_ties_go_to_the_first_candidate_and_shapes_are_apart(wisdom):
+    _, clock = wisdom
+    assert W.choose("k", (1,), candidates(clock, {"hand": 1.0, "blas": 1.0}, []), "blas") == "hand"
+    assert W.choose("k", (2,), candidates(clock, {"hand": 2.0, "blas": 1.0}, []), "hand") == "blas"
+    assert W.choose("j", (2,), candidates(clock, {"hand": 1.0, "blas": 2.0}, []), "blas") == "hand"
+
+
+def test_off_takes_the_rule_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPRUN_WISDOM", "off")
+    calls = []
+    assert W.choose("k", (3,), candidates(FakeClock(), {"hand": 1.0, "blas": 2.0}, calls), "blas") == "blas"
+    assert calls == [] and not list(tmp_path.iterdir())
+
+
+def test_a_damaged_file_is_named_with_the_fix(wisdom):
+    path, clock = wisdom
+    path.write_text("{not json")
+    with pytest.raises(RuntimeError, match=r"wisdom\.json: unreadable .* delete it .* POPRUN_WISDOM"):
+        W.choose("k", (1,), candidates(clock, {"hand": 1.0, "blas": 2.0}, []), "blas")
+
+
+def _choose_in_child(path, log, barrier):
+    import os
+
+    os.environ["POPRUN_WISDOM"] = str(path)
+    barrier.wait()
+
+    def record():
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+    print(W.choose("k", (7,), {"hand": record, "blas": record}, "blas"))
+
+
+def test_instances_started_together_measure_once(tmp_path):
+    """Two processes meeting the same shape at once: one measures under the lock, the other reads its choice."""
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
+    log = tmp_path / "measured"
+    procs = [ctx.Process(target=_choose_in_child, args=(tmp_path / "w.json", log, barrier)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(set(log.read_text().split())) == 1  # one process ran the candidates
+    assert len(json.loads((tmp_path / "w.json").read_text())["machines"][W.machine()]) == 1
+
+
+def test_a_pointwise_convolution_takes_the_recorded_choice_on_every_run(wisdom, monkeypatch):
+    from models.conv import Conv2d
+
+    path, _ = wisdom
+    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 16, 16, 32)).astype(np.float32)
+    conv = Conv2d("c", "b", 32, 48, 1, 1, "symmetric", 1)
+    runs = []
+    for _ in range(2):
+        runs.append(conv.forward(x, True).copy())
+        monkeypatch.setattr(W, "_known", {})  # the next run reads the file
+    np.testing.assert_array_equal(runs[0], runs[1])
+    recorded = json.loads(path.read_text())["machines"][W.machine()]
+    assert list(recorded) == ["conv1x1.forward 1024x32x48 pointwise/blas"]
+    np.testing.assert_allclose(runs[0].reshape(-1, 48), x.reshape(-1, 32) @ conv.weight.data.reshape(48, 32).T, rtol=1e-5, atol=1e-5)
