@@ -24,9 +24,9 @@ import math
 
 import numpy as np
 
+from models.conv_pointwise import WGRAD_CHUNKS, PointwiseProducts
 from models.kernels import conv as K
 from models.kernels import direct_conv as D
-from models.kernels import pointwise as P
 from models.kernels import gemm as _gemm
 from models.kernels import small_map as S
 from models.kernels import threads as _threads
@@ -36,11 +36,6 @@ from models.param import Param
 from models.profile import ConvShape
 
 _DW_CHUNKS = 16  # row chunks for the depthwise weight-gradient reduction
-# Partial sums of the direct kernels' weight gradient (summed in chunk order): a constant, so that the
-# result does not depend on the thread count (each thread takes whole chunks).
-_WGRAD_CHUNKS = 4
-_DIRECT_WGRAD_MAX = 4096  # 1x1 weight gradients with at most this many entries use the direct kernel,
-_DIRECT_WGRAD_ROWS = 8192  # and so do those summed over at least this many pixels
 
 
 def same_pads(size: int, k: int, s: int) -> tuple[int, int]:
@@ -77,7 +72,7 @@ def _phase_taps(phase: int, pad: int, stride: int, k: int) -> tuple[slice | None
     return slice(last, None if first == 0 else first - 1, -stride), count - 1 - (phase + pad - first) // stride
 
 
-class Conv2d(Layer):
+class Conv2d(PointwiseProducts, Layer):
     """Convolution; keeps its input (pointwise, depthwise, direct) or its im2col columns (others)."""
 
     kind = "conv"
@@ -109,6 +104,7 @@ class Conv2d(Layer):
             self.path = "direct"  # groups of multiples of 8 channels (G16), small regular convs, RGB stems
         else:
             self.path = "im2col"
+        self._path_chosen = self.path != "direct"  # see _choose_grouped_path
 
     def params(self) -> list[Param]:
         return [self.weight] + ([self.bias] if self.bias is not None else [])
@@ -135,6 +131,9 @@ class Conv2d(Layer):
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
             K.dw_forward(x, self._dw_weight(), y, self.sh, self.sw, pt, pl)
+        elif self.path == "direct" and training and not self._path_chosen:
+            self._choose_grouped_path(x)
+            return self.forward(x, training)
         elif self.path == "direct":
             self.x = x
             pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
@@ -155,6 +154,30 @@ class Conv2d(Layer):
         if self.path == "direct":
             return self._backward_direct(dy)
         return self._backward_im2col(dy)
+
+    def _choose_grouped_path(self, x: np.ndarray) -> None:
+        """Once per layer, at its first training forward: the direct kernels or im2col + GEMM, whichever
+        this machine measured faster, forward and backward, for the shape (``wisdom``; the direct
+        kernels without it). Each is tried on a copy of the input (a backward may write its input
+        gradient over its input); the parameters' gradients are put back afterwards."""
+        self._path_chosen = True
+        if not W.enabled() or self.dtype != np.float32:
+            return
+        xc, dy = x.copy(), np.ones(self.out_shape(x.shape), self.dtype)
+        saved = [p.grad.copy() for p in self.params()]
+
+        def trial(path):
+            def run():
+                self.path = path
+                self.forward(xc, True)
+                self.backward(dy)
+            return run
+
+        shape = (*x.shape, self.cout, self.kh, self.kw, self.sh, self.sw, self.groups, *self._pads(*x.shape[1:3]),
+                 int(self.need_dx))
+        self.path = W.choose("conv.grouped", shape, {"direct": trial("direct"), "im2col": trial("im2col")}, "direct")
+        for p, g in zip(self.params(), saved):
+            p.grad[...] = g
 
     def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl, phase=(0, 0, 1, 1)) -> None:
         """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's
@@ -178,93 +201,12 @@ class Conv2d(Layer):
             S.group_weight_grad(x5, dy5, out, self.sh, self.sw, *pads)
             return out
         block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
-        chunks = max(1, min(_WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see _WGRAD_CHUNKS
+        chunks = max(1, min(WGRAD_CHUNKS, n * -(-ho // block)))  # not the thread count: see WGRAD_CHUNKS
         g, cg, cog = x5.shape[3], x5.shape[4], dy5.shape[4]
         part = self._temp("conv_wgrad_part", (chunks, g, self.kh, self.kw * cg, cog))
         scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * self.sh + self.kh, (wo - 1) * self.sw + self.kw, cg))
         D.weight_grad(x5, dy5, part, self.sh, self.sw, *pads, block, scratch)
         return part.sum(axis=0).reshape(g, self.kh, self.kw, cg, cog)
-
-    def _forward_pointwise(self, x2: np.ndarray, y2: np.ndarray) -> None:
-        """y2 = x2 @ W^T: the pointwise kernel (on the weight transposed into [Cin, Cout]) or BLAS,
-        whichever this machine measured faster for the shape (``wisdom``; the shape rule without)."""
-        w2 = self.weight.data.reshape(self.cout, self.cin)
-
-        def hand():
-            wt = self._temp("conv_weight", (self.cin, self.cout))
-            np.copyto(wt, w2.T)
-            P.matmul(np.ascontiguousarray(x2), wt, y2, _threads.get_num_threads())
-
-        shape = (x2.shape[0], self.cin, self.cout)
-        self._pick("conv1x1.forward", shape, {"pointwise": hand, "blas": lambda: _gemm.matmul(x2, w2.T, y2)},
-                   P.eligible(*shape, self.dtype), P.suits(*shape, self.dtype, transposes_weight=True))
-
-    def _pick(self, kind: str, shape: tuple, candidates: dict, eligible: bool, rule: bool) -> None:
-        """Run the hand kernel (the first candidate) or BLAS (``blas``), as ``wisdom`` chose (``rule``:
-        the hand kernel where wisdom is off); BLAS where the hand kernel cannot take the shape."""
-        if not eligible:
-            return candidates["blas"]()
-        candidates[W.choose(kind, shape, candidates, next(iter(candidates)) if rule else "blas")]()
-
-    def _backward_pointwise(self, dy):
-        dy2, x2 = dy.reshape(-1, self.cout), self.x.reshape(-1, self.cin)
-        w2 = self.weight.data.reshape(self.cout, self.cin)
-        self._weight_grad_pointwise(dy2, x2, self.weight.grad.reshape(self.cout, self.cin))
-        if not self.need_dx:
-            return None
-        dx = self._input_grad_buf()
-        dx2 = dx.reshape(-1, self.cin)
-        shape = (dy2.shape[0], self.cout, self.cin)
-        self._pick("conv1x1.input_grad", shape,
-                   {"pointwise": lambda: P.matmul(np.ascontiguousarray(dy2), w2, dx2, _threads.get_num_threads()),
-                    "blas": lambda: _gemm.matmul(dy2, w2, dx2)},
-                   P.eligible(*shape, self.dtype), P.suits(*shape, self.dtype))
-        return dx
-
-    def _weight_grad_pointwise(self, dy2, x2, grad) -> None:
-        """grad [Cout, Cin] = dy2^T x2 through one of three formulations, as ``wisdom`` chose (the
-        shape rules without): the pointwise kernel (:func:`P.suits_weight_grad`; [Cout, Cin] as
-        dy^T x or its transpose x^T dy, the wider side as N, the register block's vectors, first),
-        the direct kernel's weight gradient, or BLAS. For a long reduction over pixels (or few
-        channels) the direct kernel beat OpenBLAS on Zen 1 (20-25 against 10-12 GFLOP/s; BLAS won
-        short reductions into matrices from ~64 x 128)."""
-        m = dy2.shape[0]
-        candidates, rule = {}, None
-        for a, b, flip in sorted([(dy2, x2, False), (x2, dy2, True)], key=lambda o: -o[1].shape[1]):
-            if P.eligible_weight_grad(m, a.shape[1], b.shape[1], self.dtype):
-                def pointwise(a=a, b=b, flip=flip):
-                    part = self._pointwise_weight_grad(a, b)
-                    grad[...] = part.T if flip else part
-
-                candidates.setdefault("pointwise", pointwise)
-                if P.suits_weight_grad(m, a.shape[1], b.shape[1], self.dtype):
-                    candidates["pointwise"], rule = pointwise, "pointwise"
-                    break
-        if D.vec_for(self.cin) or D.vec_for(self.cout):
-            candidates["direct"] = lambda: self._direct_weight_grad_1x1(dy2, x2, grad)
-            small = m >= _DIRECT_WGRAD_ROWS or self.cin * self.cout <= _DIRECT_WGRAD_MAX
-            rule = rule or ("direct" if small else None)
-        candidates["blas"] = lambda: _gemm.matmul_tn(dy2, x2, grad, self._temp(
-            "gemm_partials", _gemm.scratch_shape(self.cout, self.cin)))
-        candidates[W.choose("conv1x1.weight_grad", (m, self.cout, self.cin), candidates, rule or "blas")]()
-
-    def _direct_weight_grad_1x1(self, dy2, x2, grad) -> None:
-        """The 1x1 weight gradient through the direct kernel's: a 1x1 kernel does not care where rows
-        end, so pixels go in runs of up to 128 (the kernel keeps a run's accumulators in registers),
-        with enough runs for every thread."""
-        m = dy2.shape[0]
-        run = max(d for d in range(1, min(128, max(m // (2 * _WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
-        x5, dy5 = x2.reshape(1, m // run, run, 1, self.cin), dy2.reshape(1, m // run, run, 1, self.cout)
-        if D.vec_for(self.cin):
-            grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
-        else:
-            grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
-
-    def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """a^T @ b by the pointwise kernel: ``_WGRAD_CHUNKS`` partials (whole chunks per thread), summed in order."""
-        part = self._temp("conv_wgrad_part", (_WGRAD_CHUNKS, a.shape[1], b.shape[1]))  # not per thread
-        P.weight_grad(np.ascontiguousarray(a), np.ascontiguousarray(b), part)
-        return part.sum(axis=0)
 
     def _dw_weight(self) -> np.ndarray:
         wt = self._temp("conv_weight", (self.kh, self.kw, self.cout))

@@ -62,11 +62,17 @@ def machine() -> str:
     return f"{cpu}; numba {target}, {count} x {32 * lanes}-bit registers; {gemm.describe()}"
 
 
+def enabled() -> bool:
+    """Whether choices are measured and recorded (``POPRUN_WISDOM`` is not ``off``)."""
+    return _jit.wisdom_path() is not None
+
+
 def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[], object]], rule: str) -> str:
     """The name of the formulation that ``kind`` of ``shape`` goes through: the recorded choice,
     else the fastest of ``candidates`` measured now (each computes the same product into the
     caller's buffers, which the chosen one then overwrites; a tie goes to the first listed);
-    ``rule`` where wisdom is off, or where only one candidate exists."""
+    ``rule`` where wisdom is off, or where only one candidate exists. A candidate must not call
+    :func:`choose` itself (the file's lock is held while it runs)."""
     path = _jit.wisdom_path()
     if path is None or len(candidates) == 1:
         return rule
@@ -149,4 +155,4 @@ def _write(path: Path, key: str, entry: dict) -> None:
         raise
 
 
-__all__ = ["REPEATS", "choose", "machine", "used"]
+__all__ = ["REPEATS", "choose", "enabled", "machine", "used"]

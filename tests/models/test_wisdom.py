@@ -127,3 +127,27 @@ def test_a_pointwise_convolution_takes_the_recorded_choice_on_every_run(wisdom, 
     recorded = json.loads(path.read_text())["machines"][W.machine()]
     assert list(recorded) == ["conv1x1.forward 1024x32x48 pointwise/blas"]
     np.testing.assert_allclose(runs[0].reshape(-1, 48), x.reshape(-1, 32) @ conv.weight.data.reshape(48, 32).T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_grouped_convolution_runs_the_path_recorded_for_its_shape(wisdom, monkeypatch):
+    """A G16 layer's first training forward measures the direct kernels against im2col + GEMM; it then
+    computes what a layer fixed to the recorded path computes, bit for bit, its gradients untouched."""
+    from models.conv import Conv2d
+
+    path, _ = wisdom
+    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 6, 32)).astype(np.float32)
+    dy = rng.standard_normal((2, 3, 3, 32)).astype(np.float32)
+    layers = [Conv2d("c", "b", 32, 32, 3, 2, "same", 2, rng=np.random.default_rng(1)) for _ in range(2)]
+    for layer in layers:
+        layer.weight.grad[...] = 7.0
+    y = layers[0].forward(x, True).copy()
+    (key, entry), = json.loads(path.read_text())["machines"][W.machine()].items()
+    assert key.startswith("conv.grouped 2x6x6x32x32x3x3x2x2x2x") and entry["choice"] in ("direct", "im2col")
+    assert layers[0].path == entry["choice"] and (layers[0].weight.grad == 7.0).all()
+    monkeypatch.setenv("POPRUN_WISDOM", "off")
+    layers[1].path, layers[1]._path_chosen = entry["choice"], True
+    np.testing.assert_array_equal(y, layers[1].forward(x, True))
+    np.testing.assert_array_equal(layers[0].backward(dy), layers[1].backward(dy))
+    np.testing.assert_array_equal(layers[0].weight.grad, layers[1].weight.grad)
