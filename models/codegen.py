@@ -13,7 +13,7 @@ features), with the argument types the layers pass, and reads the assembly:
   operations on the stack). The accumulators of a sound register block are neither stored nor
   reloaded in that loop.
 
-``python -m models.kernels.codegen [--cpu NAME ...]`` prints the table and exits 1 on a finding;
+``python -m models.codegen [--cpu NAME ...]`` prints the table and exits 1 on a finding;
 ``tests/models/test_kernel_targets.py`` runs it for :data:`TARGETS`. Nothing runs the compiled code,
 so an AVX2 machine checks AVX-512 targets too.
 """
@@ -172,7 +172,7 @@ def findings_for(cpu: str, features: str | None = None, vector_width: str = "aut
     with tempfile.TemporaryDirectory(prefix="poprun-codegen-") as cache:
         env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=cache,
                    POPRUN_VECTOR_WIDTH=vector_width, POPRUN_JIT="1")
-        done = subprocess.run([sys.executable, "-m", "models.kernels.codegen", "--here"], env=env,
+        done = subprocess.run([sys.executable, "-m", "models.codegen", "--here"], env=env,
                               capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"compiling the kernels for {cpu} failed:\n{done.stderr[-4000:]}")
@@ -180,7 +180,7 @@ def findings_for(cpu: str, features: str | None = None, vector_width: str = "aut
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.kernels.codegen", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m models.codegen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="append", choices=sorted(TARGETS), help="an LLVM CPU (default: all of them)")
     parser.add_argument("--vector-width", default="auto", choices=("auto", "256", "512"))
     parser.add_argument("--here", action="store_true", help="scan for this process's target and print JSON")
