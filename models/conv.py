@@ -158,13 +158,15 @@ class Conv2d(PointwiseProducts, Layer):
     def _choose_grouped_path(self, x: np.ndarray) -> None:
         """Once per layer, at its first training forward: the direct kernels or im2col + GEMM, whichever
         this machine measured faster, forward and backward, for the shape (``wisdom``; the direct
-        kernels without it). Each is tried on a copy of the input (a backward may write its input
-        gradient over its input); the parameters' gradients are put back afterwards."""
+        kernels without it). Each is tried on a copy of the input, with the layer's own buffers (not the
+        model's gradient pool); the parameters' gradients are put back afterwards."""
         self._path_chosen = True
         if not W.enabled() or self.dtype != np.float32:
             return
         xc, dy = x.copy(), np.ones(self.out_shape(x.shape), self.dtype)
         saved = [p.grad.copy() for p in self.params()]
+        pool, expendable = self.grad_pool, self.input_expendable  # the trials touch neither the model's
+        self.grad_pool, self.input_expendable = None, False     # gradient pool nor the real input
 
         def trial(path):
             def run():
@@ -178,6 +180,7 @@ class Conv2d(PointwiseProducts, Layer):
         self.path = W.choose("conv.grouped", shape, {"direct": trial("direct"), "im2col": trial("im2col")}, "direct")
         for p, g in zip(self.params(), saved):
             p.grad[...] = g
+        self.grad_pool, self.input_expendable = pool, expendable
 
     def _direct_conv(self, x5, w5, y5, sh, sw, pt, pl, phase=(0, 0, 1, 1)) -> None:
         """D.conv with its per-chunk row scratch (kept per kernel size: the input gradient's

@@ -151,3 +151,26 @@ def test_a_grouped_convolution_runs_the_path_recorded_for_its_shape(wisdom, monk
     np.testing.assert_array_equal(y, layers[1].forward(x, True))
     np.testing.assert_array_equal(layers[0].backward(dy), layers[1].backward(dy))
     np.testing.assert_array_equal(layers[0].weight.grad, layers[1].weight.grad)
+
+
+def test_a_models_first_run_on_a_machine_computes_the_bits_of_every_later_run(wisdom, monkeypatch):
+    """The first training step measures every shape (layers tried and put back) and the next run reads
+    the choices: both give the same loss gradients, bit for bit, and the file lists the model's shapes."""
+    from models import build_model, softmax_cross_entropy
+
+    path, _ = wisdom
+    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 32, 32, 3)).astype(np.float32)
+    labels = rng.integers(0, 10, 4)
+    grads = []
+    for _ in range(2):
+        model = build_model("efficientnet-tiny-g16-gn", num_classes=10, resolution=32)
+        _, dlogits = softmax_cross_entropy(model.forward(x, True), labels)
+        model.backward(dlogits, need_dx=False)
+        grads.append([p.grad.copy() for p in model.params()])
+        monkeypatch.setattr(W, "_known", {})  # the next run reads the file
+    for first, later in zip(*grads):
+        np.testing.assert_array_equal(first, later)
+    kinds = {key.split()[0] for key in json.loads(path.read_text())["machines"][W.machine()]}
+    assert {"conv1x1.forward", "conv1x1.input_grad", "conv1x1.weight_grad", "conv.grouped"} <= kinds
