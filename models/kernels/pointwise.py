@@ -8,7 +8,7 @@ of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), a :mod:`jit.
 that LLVM keeps in vector registers on every CPU: each step along K loads ``VEC`` weights and
 broadcasts one value per row into one fused multiply-add per row. ``TILE`` is sized from the
 register file the kernels are compiled for (:func:`tiles`): 6 x 16 (12 ymm accumulators) and
-8 x 8 on AVX2's 16 registers, 24 x 16 and 24 x 8 on AVX-512's 32. The weight gradient uses the
+8 x 8 on AVX2's 16 registers, 24 x 16 and 24 x 8 on AVX-512's 32 (12 x 16 at 256 bits). The weight gradient uses the
 same block turned around: each step is one row (pixel), broadcasting ``TILE`` adjacent values of
 ``a``'s row and loading ``VEC`` of ``b``'s; its ``TILE`` is the largest candidate dividing K.
 
@@ -98,8 +98,8 @@ def tiles(registers: tuple[int, int] | None = None) -> dict[int, tuple[int, ...]
     accumulators, the weight vectors of one row and a broadcast within the registers. The forward
     pass uses the first, the weight gradient the first that divides K."""
     count, lanes = registers or _jit.vector_registers()
-    if count >= 32:
-        return {16: (24, 16, 8, 6), 8: (24, 16, 8, 6)}
+    if count >= 32:  # 24 accumulator registers: one per row of 16 lanes, two of 8 (AVX-512 held to 256 bits)
+        return {16: (24, 16, 8, 6) if lanes >= 16 else (12, 8, 6, 4, 2), 8: (24, 16, 8, 6)}
     return {16: (6, 4, 2), 8: (8, 4, 2)}
 
 

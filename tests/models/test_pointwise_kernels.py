@@ -95,3 +95,12 @@ def test_conv_on_the_direct_path_matches_float64(threads, shape):
     np.testing.assert_allclose(dx.reshape(-1, cin), g64 @ w64, rtol=1e-5, atol=1e-5 * np.sqrt(cout))
     np.testing.assert_allclose(conv.weight.grad.reshape(cout, cin), g64.T @ x64, rtol=1e-4,
                                atol=1e-4 * np.sqrt(x64.shape[0]))
+
+
+def test_the_register_block_fits_the_register_file():
+    """Rows per block: at most 12 accumulator registers of AVX2's 16, 24 of AVX-512's 32 (16 lanes at
+    512 bits, 8 when held to 256); the weight gradient takes the first that divides K."""
+    assert P.tiles((16, 8)) == {16: (6, 4, 2), 8: (8, 4, 2)}
+    assert P.tiles((32, 16)) == {16: (24, 16, 8, 6), 8: (24, 16, 8, 6)}
+    assert P.tiles((32, 8))[16] == (12, 8, 6, 4, 2)
+    assert all(P.ROWS_BLOCK % t[0] == 0 for regs in ((16, 8), (32, 16), (32, 8)) for t in P.tiles(regs).values())
