@@ -21,7 +21,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -132,16 +131,6 @@ def formulations(kernel: str, args: tuple):
     return hand, blas
 
 
-def best_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times) * 1e3
-
-
 def describe(key: tuple, args: tuple) -> str:
     shapes = [a.shape for a in args if isinstance(a, np.ndarray)]
     return " ".join("x".join(map(str, s)) for s in shapes[:3])
@@ -157,6 +146,7 @@ def main() -> None:
     import models
     from bench_models import _cpu_model, _numba_target
     from models.kernels import gemm as G
+    from models.kernels.wisdom import best_ms
 
     models.set_num_threads(args.threads)
     specs = [(n, int(r), int(b)) for n, r, b in (m.split(":") for m in args.models.split(","))]

@@ -159,6 +159,10 @@ else:
 
         return acc(acc, xs, x_off, x_step, ws, w_off), codegen
 
+    def _over(acc, ys) -> bool:
+        """Whether a block operation on ``acc`` can read or write array ``ys`` (same dtype)."""
+        return isinstance(acc, Block) and isinstance(ys, types.Array) and ys.dtype == acc.dtype
+
     def _rows(context, builder, sig, acc, ys_ty, ys, off, off_ty, step, step_ty):
         """(pointer to row t's first lane, vector type) for each row of a block over ``ys``."""
         intp = context.get_value_type(types.intp)
@@ -171,7 +175,7 @@ else:
 
     @intrinsic
     def load(typingctx, acc, ys, off, step):
-        if not (isinstance(acc, Block) and isinstance(ys, types.Array) and ys.dtype == acc.dtype):
+        if not _over(acc, ys):
             return None
 
         def codegen(context, builder, sig, args):
@@ -186,8 +190,7 @@ else:
 
     @intrinsic
     def store(typingctx, acc, ys, off, step, rows):
-        if not (isinstance(acc, Block) and isinstance(ys, types.Array) and ys.dtype == acc.dtype
-                and isinstance(rows, types.Integer)):
+        if not (_over(acc, ys) and isinstance(rows, types.Integer)):
             return None
 
         def codegen(context, builder, sig, args):
@@ -204,7 +207,7 @@ else:
 
     @intrinsic
     def add_to(typingctx, acc, ys, off, step):
-        if not (isinstance(acc, Block) and isinstance(ys, types.Array) and ys.dtype == acc.dtype):
+        if not _over(acc, ys):
             return None
 
         def codegen(context, builder, sig, args):

@@ -41,6 +41,7 @@ VERSION = 1
 _lock = threading.Lock()
 _known: dict[str, dict] = {}  # this machine's entries, as read or measured
 _used: dict[str, dict] = {}  # the entries this process took
+_measured: list[str] = []  # the keys this process measured
 
 
 @functools.cache
@@ -84,10 +85,14 @@ def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[],
                 _known.update(_read(path).get(machine(), {}))
                 entry = _known.get(key)
                 if entry is None:
+                    if not _measured:
+                        logger.info("kernel wisdom: timing the kernels once for each shape this machine has not "
+                                    "met (%s)", path)
                     entry = _known[key] = _measure(candidates)
+                    _measured.append(key)
                     _write(path, key, entry)
-                    logger.info("kernel wisdom: %s through %s (%s)", key, entry["choice"],
-                                ", ".join(f"{k} {v:.3f} ms" for k, v in entry["ms"].items()))
+                    logger.debug("kernel wisdom: %s through %s (%s)", key, entry["choice"],
+                                 ", ".join(f"{k} {v:.3f} ms" for k, v in entry["ms"].items()))
         _used[key] = entry
     return entry["choice"]
 
@@ -99,17 +104,19 @@ def used() -> dict[str, dict]:
         return dict(_used)
 
 
-def _measure(candidates: dict[str, Callable[[], object]]) -> dict:
-    def best(fn) -> float:
+def best_ms(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    """The best of ``repeats`` timed runs of ``fn`` after one untimed run, in milliseconds."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
         fn()
-        times = []
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times) * 1e3
+        times.append(time.perf_counter() - t0)
+    return min(times) * 1e3
 
-    ms = {name: round(best(fn), 4) for name, fn in candidates.items()}
+
+def _measure(candidates: dict[str, Callable[[], object]]) -> dict:
+    ms = {name: round(best_ms(fn), 4) for name, fn in candidates.items()}
     return {"choice": min(ms, key=lambda name: (ms[name], list(ms).index(name))), "ms": ms}
 
 
@@ -155,4 +162,4 @@ def _write(path: Path, key: str, entry: dict) -> None:
         raise
 
 
-__all__ = ["REPEATS", "choose", "enabled", "machine", "used"]
+__all__ = ["REPEATS", "best_ms", "choose", "enabled", "machine", "used"]
