@@ -5,7 +5,7 @@ its BLAS and the shape: the hand kernels were tuned on AMD Zen, and no rule on t
 holds on every CPU. So the first time this machine meets a shape, :func:`choose` times every
 formulation on the call's own operands (each run once to warm up, then best of ``REPEATS``),
 records the fastest, and every later call and every later run on this machine takes the recorded
-choice. A given machine therefore computes the same bits on every run (the choice never changes
+choice (the times are one thread's CPU time, see :func:`_measure`). A given machine therefore computes the same bits on every run (the choice never changes
 once made, whatever the thread count or load), while the first run on a new CPU model measures.
 
 The file (``jit.wisdom_path``: ``POPRUN_WISDOM``, by default in the user's cache folder) holds one
@@ -104,19 +104,30 @@ def used() -> dict[str, dict]:
         return dict(_used)
 
 
-def best_ms(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    """The best of ``repeats`` timed runs of ``fn`` after one untimed run, in milliseconds."""
+def best_ms(fn: Callable[[], object], repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The best of ``repeats`` timed runs of ``fn`` after one untimed run, in milliseconds of ``clock``."""
     fn()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return min(times) * 1e3
 
 
 def _measure(candidates: dict[str, Callable[[], object]]) -> dict:
-    ms = {name: round(best_ms(fn), 4) for name, fn in candidates.items()}
+    """Each candidate's best time on one thread, in CPU time of the calling thread: a parallel region
+    on a loaded host waits a scheduler slice for a descheduled thread (times in multiples of 4-8 ms
+    were seen with another job on the cores), and so would wall time; one thread's CPU time counts
+    the work alone. On one thread every kernel runs on the calling thread."""
+    from models.kernels import threads as _threads
+
+    before = _threads.get_num_threads()
+    _threads.set_num_threads(1)
+    try:
+        ms = {name: round(best_ms(fn, clock=time.thread_time), 4) for name, fn in candidates.items()}
+    finally:
+        _threads.set_num_threads(before)
     return {"choice": min(ms, key=lambda name: (ms[name], list(ms).index(name))), "ms": ms}
 
 

@@ -12,7 +12,7 @@ from models.kernels import wisdom as W
 
 
 class FakeClock:
-    """time.perf_counter for wisdom's measurements, advanced by the candidates themselves."""
+    """time.thread_time for wisdom's measurements, advanced by the candidates themselves."""
 
     def __init__(self):
         self.now = 0.0
@@ -28,7 +28,7 @@ def wisdom(tmp_path, monkeypatch):
     monkeypatch.setattr(W, "_known", {})
     monkeypatch.setattr(W, "_used", {})
     clock = FakeClock()
-    monkeypatch.setattr(W.time, "perf_counter", clock)
+    monkeypatch.setattr(W.time, "thread_time", clock)
     return path, clock
 
 
@@ -115,7 +115,7 @@ def test_a_pointwise_convolution_takes_the_recorded_choice_on_every_run(wisdom, 
     from models.conv import Conv2d
 
     path, _ = wisdom
-    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    monkeypatch.setattr(W.time, "thread_time", __import__("time").thread_time)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 16, 16, 32)).astype(np.float32)
     conv = Conv2d("c", "b", 32, 48, 1, 1, "symmetric", 1)
@@ -135,7 +135,7 @@ def test_a_grouped_convolution_runs_the_path_recorded_for_its_shape(wisdom, monk
     from models.conv import Conv2d
 
     path, _ = wisdom
-    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    monkeypatch.setattr(W.time, "thread_time", __import__("time").thread_time)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 6, 6, 32)).astype(np.float32)
     dy = rng.standard_normal((2, 3, 3, 32)).astype(np.float32)
@@ -159,7 +159,7 @@ def test_a_models_first_run_on_a_machine_computes_the_bits_of_every_later_run(wi
     from models import build_model, softmax_cross_entropy
 
     path, _ = wisdom
-    monkeypatch.setattr(W.time, "perf_counter", __import__("time").perf_counter)
+    monkeypatch.setattr(W.time, "thread_time", __import__("time").thread_time)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 32, 32, 3)).astype(np.float32)
     labels = rng.integers(0, 10, 4)
@@ -174,3 +174,17 @@ def test_a_models_first_run_on_a_machine_computes_the_bits_of_every_later_run(wi
         np.testing.assert_array_equal(first, later)
     kinds = {key.split()[0] for key in json.loads(path.read_text())["machines"][W.machine()]}
     assert {"conv1x1.forward", "conv1x1.input_grad", "conv1x1.weight_grad", "conv.grouped"} <= kinds
+
+
+def test_the_candidates_are_timed_on_one_thread_and_the_count_comes_back(wisdom):
+    from models.kernels import threads as _threads
+
+    _, clock = wisdom
+    before, seen = _threads.get_num_threads(), []
+
+    def note():
+        seen.append(_threads.get_num_threads())
+        clock.now += 1.0
+
+    W.choose("k", (5,), {"hand": note, "blas": note}, "blas")
+    assert set(seen) == {1} and _threads.get_num_threads() == before
