@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bench_kernels.py --threads 2 [--models efficientnet-b0:64:16,...] [--repeat 5]
 
-A training step (forward and backward) of each model records every call the layers make to a
-hand kernel (``pointwise.matmul``, ``pointwise.weight_grad``, ``direct_conv.conv``,
+The second training step (forward and backward) of each model records every call the layers make
+to a hand kernel (the first lets kernel wisdom choose, ``models.kernels.wisdom``, so these are the
+calls the engine really routes to a hand kernel on this machine) (``pointwise.matmul``, ``pointwise.weight_grad``, ``direct_conv.conv``,
 ``direct_conv.weight_grad``, ``small_map.group_weight_grad``) with its operands; then each
 distinct call is timed twice on the same operands: the hand kernel, and the BLAS formulation of
 the same product as the engine's BLAS path runs it (``models.kernels.gemm``: numpy's BLAS on the
@@ -42,17 +43,22 @@ def record(models: list[tuple[str, int, int]]) -> dict:
     calls: dict = {}
     current = [""]
 
+    class recorder:  # noqa: N801 (a switch shared by the wrappers)
+        on = False
+
     def wrap(module, name, kernel):
         original = getattr(module, name)
 
-        def recorder(*args):
+        def record_call(*args):
+            if not recorder.on:
+                return original(*args)
             key = (kernel,) + tuple(a.shape if isinstance(a, np.ndarray) else a for a in args
                                     if not (isinstance(a, np.ndarray) and a.ndim == 0))
             if key not in calls:
                 calls[key] = (current[0], tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args))
             return original(*args)
 
-        setattr(module, name, recorder)
+        setattr(module, name, record_call)
         return module, name, original
 
     patched = [wrap(P, "matmul", KERNELS[0]), wrap(P, "weight_grad", KERNELS[1]), wrap(D, "conv", KERNELS[2]),
@@ -63,8 +69,11 @@ def record(models: list[tuple[str, int, int]]) -> dict:
             current[0] = f"{name.removeprefix('efficientnet-')}@{res}"
             model = build_model(name, num_classes=1000, resolution=res)
             x = rng.standard_normal((batch, res, res, 3)).astype(np.float32)
-            _, dlogits = softmax_cross_entropy(model.forward(x, True), rng.integers(0, 1000, batch))
-            model.backward(dlogits, need_dx=False)
+            labels = rng.integers(0, 1000, batch)
+            for recording in (False, True):  # the first step lets kernel wisdom choose (and times every candidate)
+                recorder.on = recording
+                _, dlogits = softmax_cross_entropy(model.forward(x, True), labels)
+                model.backward(dlogits, need_dx=False)
     finally:
         for module, name, original in patched:
             setattr(module, name, original)
@@ -160,6 +169,15 @@ def main() -> None:
         h, b = best_ms(hand, args.repeat), best_ms(blas, args.repeat)
         summary[key[0]].append((h, b))
         print(f"{key[0]:28} {model:16} {describe(key, operands):40} {h:9.3f} {b:9.3f} {b / h:6.2f}")
+    from models.kernels import wisdom
+
+    chosen = wisdom.used()
+    if chosen:
+        by_kind: dict = {}
+        for key, entry in chosen.items():
+            by_kind.setdefault(key.split()[0], []).append(entry["choice"])
+        print("# kernel wisdom (" + wisdom.machine() + "): " + "; ".join(
+            f"{kind}: " + ", ".join(f"{c} {v.count(c)}" for c in sorted(set(v))) for kind, v in sorted(by_kind.items())))
     print(f"\n{'kernel':28} {'shapes':>6} {'worst':>6} {'median':>6} {'total hand ms':>14} {'total BLAS ms':>14} {'ratio':>6}")
     for kernel, rows in summary.items():
         if rows:
