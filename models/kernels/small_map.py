@@ -17,8 +17,6 @@ no longer in cache; it only won on 2 x 2 maps, about 1 % of a B0-G16-GN step.)
 
 from __future__ import annotations
 
-import numpy as np
-
 from jit import block, prange
 from models.kernels.direct_conv import channel_block, vec_for
 from models.kernels.threads import jit
@@ -26,6 +24,13 @@ from models.kernels.threads import jit
 SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
 GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes
 _kernels: dict = {}
+
+
+def eligible(groups: int, cg: int, cog: int) -> bool:
+    """Whether :func:`group_weight_grad` can compute a grouped weight gradient: output group widths of
+    whole register blocks, input group widths of whole channel blocks."""
+    vec = vec_for(cog)
+    return vec is not None and cg % channel_block(vec) == 0 and groups > 0
 
 
 def suits_group_weight_grad(ho: int, wo: int, groups: int, cg: int, cog: int) -> bool:

@@ -42,6 +42,7 @@ _lock = threading.Lock()
 _known: dict[str, dict] = {}  # this machine's entries, as read or measured
 _used: dict[str, dict] = {}  # the entries this process took
 _measured: list[str] = []  # the keys this process measured
+_inside = threading.local()  # .measuring: this thread is running candidates
 
 
 @functools.cache
@@ -72,11 +73,11 @@ def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[],
     """The name of the formulation that ``kind`` of ``shape`` goes through: the recorded choice,
     else the fastest of ``candidates`` measured now (each computes the same product into the
     caller's buffers, which the chosen one then overwrites; a tie goes to the first listed);
-    ``rule`` where wisdom is off, or where only one candidate exists. A candidate must not call
-    :func:`choose` itself (the file's lock is held while it runs)."""
+    ``rule`` where wisdom is off, where only one candidate exists, or inside a candidate being
+    measured (a layer's path tried whole meets its weight-gradient choice: the rule decides there)."""
     path = _jit.wisdom_path()
-    if path is None or len(candidates) == 1:
-        return rule
+    if path is None or len(candidates) == 1 or getattr(_inside, "measuring", False):
+        return rule  # (a candidate that meets another choice takes its rule: the file's lock is held)
     key = f"{kind} {'x'.join(map(str, shape))} {'/'.join(candidates)}"
     with _lock:
         entry = _known.get(key)
@@ -124,9 +125,11 @@ def _measure(candidates: dict[str, Callable[[], object]]) -> dict:
 
     before = _threads.get_num_threads()
     _threads.set_num_threads(1)
+    _inside.measuring = True
     try:
         ms = {name: round(best_ms(fn, clock=time.thread_time), 4) for name, fn in candidates.items()}
     finally:
+        _inside.measuring = False
         _threads.set_num_threads(before)
     return {"choice": min(ms, key=lambda name: (ms[name], list(ms).index(name))), "ms": ms}
 

@@ -188,3 +188,36 @@ def test_the_candidates_are_timed_on_one_thread_and_the_count_comes_back(wisdom)
 
     W.choose("k", (5,), {"hand": note, "blas": note}, "blas")
     assert set(seen) == {1} and _threads.get_num_threads() == before
+
+
+@pytest.mark.parametrize("shape,kernel,stride", [((2, 6, 6, 64), 3, 1), ((2, 9, 9, 32), 5, 2), ((1, 12, 12, 32), 1, 1)])
+def test_the_grouped_weight_gradient_formulations_agree(monkeypatch, shape, kernel, stride):
+    """By-group, chunked and im2col + GEMM compute the same weight gradient (float64, to rounding)."""
+    from models.conv import Conv2d
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    layer = Conv2d("c", "b", shape[3], shape[3], kernel, stride, "same", shape[3] // 16, dtype=np.float64,
+                   rng=np.random.default_rng(4))
+    dy = rng.standard_normal(layer.out_shape(shape))
+    grads = {}
+    for name in ("small_map", "direct", "im2col"):
+        monkeypatch.setattr(W, "choose", lambda kind, key, candidates, rule, name=name:
+                            name if kind == "conv.weight_grad" and name in candidates else rule)
+        layer.forward(x, True)
+        layer.backward(dy)
+        grads[name] = layer.weight.grad.copy()
+    np.testing.assert_allclose(grads["direct"], grads["im2col"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(grads["small_map"], grads["im2col"], rtol=1e-10, atol=1e-10)
+
+
+def test_a_choice_met_inside_a_measured_candidate_takes_its_rule(wisdom):
+    _, clock = wisdom
+    inner = []
+
+    def outer():
+        inner.append(W.choose("inner", (1,), {"a": lambda: None, "b": lambda: None}, "b"))
+        clock.now += 1.0
+
+    W.choose("outer", (1,), {"x": outer, "y": outer}, "y")
+    assert set(inner) == {"b"} and "inner 1 a/b" not in W.used()
