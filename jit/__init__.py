@@ -16,7 +16,8 @@ width LLVM compiles for. ``auto`` is 512 bits on CPUs with AVX-512F and 256 else
 tuning for most AVX-512 CPUs (Skylake-SP to Sapphire Rapids) prefers 256-bit vectors, which would
 leave the hand kernels' register blocks (:mod:`jit.block`) at half the width of the FMA units that
 OpenBLAS's and oneDNN's 512-bit kernels use. ``512`` lifts that preference (numba's target features
-plus ``-prefer-256-bit``), ``256`` sets it. A different width is another numba target, cached apart.
+plus ``-prefer-256-bit``), ``256`` sets it; it governs the loops LLVM vectorises itself, while the
+register blocks, explicit vectors, stay in zmm registers on AVX-512 either way. A different width is another numba target, cached apart.
 It changes no result: no kernel lets LLVM reorder a sum. :func:`vector_registers` tells the kernels
 the register file they are compiled for, from which they size their register blocks.
 
@@ -79,11 +80,13 @@ if ENABLED and _applied_width() != "auto":  # before anything compiles: numba re
 
 
 def vector_registers() -> tuple[int, int]:
-    """(count, float32 lanes) of the vector registers the kernels are compiled for: (32, 16) with
-    AVX-512 at 512 bits, (32, 8) with AVX-512 held to 256 bits, (16, 8) with AVX, (16, 4) with SSE."""
+    """(count, float32 lanes) of the vector registers the register blocks (:mod:`jit.block`) are
+    compiled into: (32, 16) with AVX-512, (16, 8) with AVX, (16, 4) with SSE. The blocks are
+    explicit LLVM vectors, which LLVM keeps in zmm registers whatever the width preference (that
+    applies to the loops it vectorises itself; checked in the assembly for skylake-avx512 at 256)."""
     features = target_features().split(",")
     if "+avx512f" in features:
-        return 32, 8 if "+prefer-256-bit" in features else 16
+        return 32, 16
     return 16, 8 if "+avx" in features else 4
 
 

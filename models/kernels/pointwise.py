@@ -8,7 +8,7 @@ of ``a`` times ``VEC`` columns of ``w`` (16 when N allows, else 8), a :mod:`jit.
 that LLVM keeps in vector registers on every CPU: each step along K loads ``VEC`` weights and
 broadcasts one value per row into one fused multiply-add per row. ``TILE`` is sized from the
 register file the kernels are compiled for (:func:`tiles`): 6 x 16 (12 ymm accumulators) and
-8 x 8 on AVX2's 16 registers, 24 x 16 and 24 x 8 on AVX-512's 32 (12 x 16 at 256 bits). The weight gradient uses the
+8 x 8 on AVX2's 16 registers, 24 x 16 and 24 x 8 on AVX-512's 32. The weight gradient uses the
 same block turned around: each step is one row (pixel), broadcasting ``TILE`` adjacent values of
 ``a``'s row and loading ``VEC`` of ``b``'s; its ``TILE`` is the largest candidate dividing K.
 
