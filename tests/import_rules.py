@@ -54,3 +54,47 @@ def offenders_in(paths, forbidden, root: Path = ROOT, names: bool = False) -> di
 def offenders(package: str, forbidden, root: Path = ROOT) -> dict[str, list[str]]:
     """:func:`offenders_in` every module of ``package`` (a folder under ``root``), subpackages included."""
     return offenders_in((root / package).rglob("*.py"), forbidden, root)
+
+
+def module_path(module: str, root: Path = ROOT) -> Path | None:
+    """The file of a module of the project (``a.b`` -> ``a/b.py`` or ``a/b/__init__.py``), ``None`` outside it."""
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def reachable(modules, root: Path = ROOT) -> set[Path]:
+    """The files of the project that ``modules`` import, directly or through others, themselves included
+    (imports inside functions and modules named in strings count: an over-estimate of what can run)."""
+    seen, todo = set(), list(modules)
+    while todo:
+        name = todo.pop()
+        while name and module_path(name, root) is None:  # ``from a import b``: ``a.b`` is a name in ``a``
+            name = name.rpartition(".")[0]
+        if not name or name.split(".")[0] not in PROJECT:
+            continue
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing ``a.b.c`` runs ``a`` and ``a.b`` first
+            path = module_path(".".join(parts[:i]), root)
+            if path is not None and path not in seen:
+                seen.add(path)
+                todo.extend(imported_modules(path, root, names=True))
+    return seen
+
+
+def calls_of(path: Path, name: str) -> int:
+    """How many calls ``path`` makes to a function or class called ``name`` (``f(...)`` or ``m.f(...)``)."""
+    return sum(1 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+               and (getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name))
+
+
+def entry_modules(target: str, root: Path = ROOT) -> set[str]:
+    """What a console script ``module:function`` runs: the modules its function imports or names, else its module."""
+    module, _, function = target.partition(":")
+    tree = ast.parse(module_path(module, root).read_text())
+    body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    named = {n.value for n in ast.walk(body) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and n.value.split(".")[0] in PROJECT and module_path(n.value, root) is not None} if body else set()
+    return named or {module}

@@ -190,7 +190,7 @@ def test_16_16_computes_with_its_stored_weights_as_they_are(monkeypatch):
 def test_a_restored_checkpoint_is_stored_as_float16_under_16_16():
     from types import SimpleNamespace
 
-    from launch.checkpoint import capture_state, restore_state
+    from launch.train.checkpoint import capture_state, restore_state
 
     model = dense()
     engine = engine_for(model, "16.16")

@@ -40,7 +40,7 @@ def test_every_assumption_names_a_number_of_the_model():
 
 
 def test_validate_sensitivity_prints_json(monkeypatch, capsys):
-    from ipu.cli import main
+    from launch.predict.cli import main
 
     monkeypatch.setattr(S, "ASSUMPTIONS", (S.Assumption("ipu.cost.host_io", "HOST_LINK_EFFICIENCY", "host link"),))
     assert main(["validate", "--sensitivity", "--preset", "resnet50-pod16", "--json"]) == 0
@@ -53,7 +53,7 @@ def test_validate_sensitivity_prints_json(monkeypatch, capsys):
 
 
 def test_validate_refuses_a_preset_without_sensitivity(capsys):
-    from ipu.cli import main
+    from launch.predict.cli import main
 
     assert main(["validate", "--preset", "resnet50-pod16"]) == 2
     assert "--preset goes with --sensitivity" in capsys.readouterr().err

@@ -244,7 +244,7 @@ def test_named_split_nodes_start_blocks():
 
 @pytest.mark.torch
 def test_legacy_torch_export_of_the_builtin_resnet_matches_its_profile():
-    """torch's TorchScript exporter (``dynamo=False``; the dynamo exporter is tested in tests/launch/test_predict_onnx.py) of
+    """torch's TorchScript exporter (``dynamo=False``; the dynamo exporter is tested in tests/launch/predict/test_onnx.py) of
     the torchvision-layout ResNet-18 oracle, BN kept (training mode): the same rows, parameters, FLOPs and
     activations as the built-in model (row order differs only where torch runs the shortcut first)."""
     import torch
