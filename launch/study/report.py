@@ -100,14 +100,6 @@ def pct(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{100 * x:.2f}"
 
 
-def pm(s: Summary, key: str, scale: float = 100.0, digits: int = 2) -> str:
-    m, sd = s.mean(key), s.std(key)
-    if not math.isfinite(m):
-        return "-"
-    text = f"{scale * m:.{digits}f}"
-    return text + (f" ± {scale * sd:.{digits}f}" if math.isfinite(sd) else "")
-
-
 def _num(x: float | None, digits: int = 0) -> str:
     """Thousands separated with ``digits`` decimals; small values with 3 significant digits."""
     if x is None or not math.isfinite(x):

@@ -9,7 +9,7 @@ one-line ``OnnxImportError`` (both are ``ValueError``).
 
 ``profile.OnnxNetwork`` turns a graph into the ``LayerProfile`` rows the IPU memory and cost models
 read, the same records the built-in models' ``Model.profile(batch_size)`` produce, grouped into named
-blocks for pipeline splits. The graph-model trainer (issue 25) builds the engine's layers from the same
+blocks for pipeline splits. The graph-model trainer (``models.onnx.network``) builds the engine's layers from the same
 ``Graph``.
 
 Imports numpy, ``onnx`` and ``models.profile`` only: never the launcher, the device model, MPI or the
