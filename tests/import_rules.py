@@ -98,3 +98,45 @@ def entry_modules(target: str, root: Path = ROOT) -> set[str]:
     named = {n.value for n in ast.walk(body) if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and n.value.split(".")[0] in PROJECT and module_path(n.value, root) is not None} if body else set()
     return named or {module}
+
+
+def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
+    """The import circles among the modules of ``package`` (a folder under ``root``), each as the list of
+    its modules; imports inside functions count (a deferred import hides a circle, it does not break it)."""
+    paths = {_module_name(p, root): p for p in (root / package).rglob("*.py")}
+    edges = {}
+    for name, path in paths.items():
+        targets = set()
+        for m in imported_modules(path, root):
+            while m and m not in paths:
+                m = m.rpartition(".")[0]
+            if m and m != name and paths[m].name != "__init__.py":  # a package's __init__ re-exports
+                targets.add(m)
+        edges[name] = targets
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found

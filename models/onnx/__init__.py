@@ -3,7 +3,8 @@
 ``graph.load_graph`` reads the file with the ``onnx`` package (parsing, checker and shape inference
 only; no onnxruntime), folds constant subgraphs, fixes dynamic batch and image dimensions from the
 options, and returns a framework-free ``Graph``: nodes in topological order with their tensors' static
-shapes, attributes as plain Python and the initializers as numpy arrays. An op outside
+shapes, attributes as plain Python and the initializers as numpy arrays (the IR, ``ir.py``, which every
+other module reads). An op outside
 ``SUPPORTED_OPS`` raises ``UnsupportedOpError`` before anything else runs; other bad input raises a
 one-line ``OnnxImportError`` (both are ``ValueError``).
 
@@ -16,8 +17,8 @@ Imports numpy, ``onnx`` and ``models.profile`` only: never the launcher, the dev
 kernels.
 """
 
-from models.onnx.graph import (NORM_OPS, SUPPORTED_OPS, Graph, Node, OnnxImportError, UnsupportedOpError,
-                               folded_norm_warning, load_graph, read_model)
+from models.onnx.graph import SUPPORTED_OPS, load_graph, read_model
+from models.onnx.ir import NORM_OPS, Graph, Node, OnnxImportError, UnsupportedOpError, folded_norm_warning
 from models.onnx.profile import OnnxNetwork, onnx_profile
 
 __all__ = ["NORM_OPS", "SUPPORTED_OPS", "folded_norm_warning", "Graph", "Node", "OnnxImportError", "OnnxNetwork", "UnsupportedOpError", "load_graph",

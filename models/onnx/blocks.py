@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from models.onnx.graph import Graph, OnnxImportError
+from models.onnx.ir import Graph, OnnxImportError
 from models.onnx.profile import OnnxNetwork, _prefix
 
 if TYPE_CHECKING:

@@ -35,10 +35,10 @@ from models.conv import Conv2d
 from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
-from models.norm import ACTS, BatchNorm2d, GroupNorm
+from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
-from models.onnx.graph import Graph, Node, OnnxImportError
+from models.onnx.ir import Graph, Node, OnnxImportError
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, Op, Unary, const_to_engine
 from models.onnx.profile import OnnxNetwork
 from models.param import Param

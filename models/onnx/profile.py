@@ -49,7 +49,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.onnx.graph import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, load_graph, param_inputs
+from models.onnx.graph import load_graph
+from models.onnx.ir import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, param_inputs
 from models.onnx.patterns import squeeze_excite_chains
 from models.profile import ConvShape, LayerProfile
 
