@@ -2,11 +2,10 @@
 
 ``graph.load_graph`` reads the file with the ``onnx`` package (parsing, checker and shape inference
 only; no onnxruntime), folds constant subgraphs, fixes dynamic batch and image dimensions from the
-options, and returns a framework-free ``Graph``: nodes in topological order with their tensors' static
-shapes, attributes as plain Python and the initializers as numpy arrays (the IR, ``ir.py``, which every
-other module reads). An op outside
-``SUPPORTED_OPS`` raises ``UnsupportedOpError`` before anything else runs; other bad input raises a
-one-line ``OnnxImportError`` (both are ``ValueError``).
+options, and returns a framework-free ``Graph`` (the IR, ``ir.py``, which every other module reads):
+nodes in topological order with their tensors' static shapes, attributes as plain Python and the
+initializers as numpy arrays. An op outside ``SUPPORTED_OPS`` raises ``UnsupportedOpError`` before
+anything else runs; other bad input raises a one-line ``OnnxImportError`` (both are ``ValueError``).
 
 ``profile.OnnxNetwork`` turns a graph into the ``LayerProfile`` rows the IPU memory and cost models
 read, the same records the built-in models' ``Model.profile(batch_size)`` produce, grouped into named
