@@ -140,3 +140,49 @@ def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+MUTATORS = ("append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "clear", "remove",
+            "discard", "__setitem__")
+
+
+def module_containers(path: Path) -> dict[str, bool]:
+    """The module-level names of ``path`` bound to a dict, list or set: ``{name: starts empty}``."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        targets, value = [], None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            if not isinstance(target, ast.Name):
+                continue
+            if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+                found[target.id] = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not (
+                    getattr(value, "keys", None) or getattr(value, "elts", None))
+            elif isinstance(value, ast.Call) and getattr(value.func, "id", None) in ("dict", "list", "set"):
+                found[target.id] = not (value.args or value.keywords)
+    return found
+
+
+def writes_to(path: Path, names: set[str]) -> list[str]:
+    """Where ``path`` changes a container called one of ``names`` (``X[k] = v``, ``del X[k]``, ``X.update(...)``,
+    also as ``module.X``): ``["line: X"]``."""
+    def name_of(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return None
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        found += [f"{node.lineno}: {n}" for n in map(name_of, targets) if n in names]
+    return found

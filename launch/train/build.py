@@ -24,7 +24,7 @@ from data.sources import dataset_path
 from data.split import Subset, open_split
 from ipu.compile import CompiledIpu, compile_device
 from ipu.io_tiles import IoTilePlan, plan_io_tiles
-from ipu.plan import IpuPlan, optimizer_state
+from ipu.plan import IpuPlan, Workload, optimizer_state
 from ipu.precision import get_precision
 from ipu.runtime.emulation import PrecisionEmulation
 from ipu.runtime.engine import Engine
@@ -149,20 +149,23 @@ def onnx_model_label(cfg: TrainConfig) -> str:
     return f"onnx:{Path(cfg.model.onnx).expanduser().resolve().name}"
 
 
-def register_onnx_workload(cfg: TrainConfig, model) -> None:
-    """The cost model's activation and norm for the graph model (``ipu.cost.layers.WORKLOADS``), which its
-    profile rows do not say: what ``poprun-ipu predict --onnx`` registers for the same file."""
-    if cfg.model.onnx:
-        from ipu.cost.layers import WORKLOADS
-        from launch.train.onnx_source import workload_of
+def graph_workload(cfg: TrainConfig, model) -> Workload | None:
+    """The cost model's activation and norm for the graph model of ``model.onnx``, which its profile rows
+    do not say (what ``poprun-ipu predict --onnx`` puts in the plan for the same file); None for a
+    built-in model."""
+    if not cfg.model.onnx:
+        return None
+    from launch.train.onnx_source import workload_of
 
-        WORKLOADS[onnx_model_label(cfg)] = workload_of(model.graph)
+    return workload_of(model.graph)
 
 
-def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int) -> IpuPlan:
+def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int,
+             workload: Workload | None = None) -> IpuPlan:
     """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, which
     :func:`launch.train.distribute.distribute` sets to the launcher's ``--system``, or the smallest that holds
-    every replica's IPUs). Raises ``ValueError`` when no IPU-POD could run this shape."""
+    every replica's IPUs); ``workload``: a graph model's (:func:`graph_workload`). Raises ``ValueError``
+    when no IPU-POD could run this shape."""
     ipu = cfg.ipu
     system = ipu.system or smallest_system_for(cfg.data.replicas * ipu.ipus_per_replica).name
     options = cfg.model.kwargs
@@ -170,7 +173,7 @@ def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: i
     options.setdefault("in_channels", image_shape[2])
     recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
     model, overrides, extra = cfg.model.name, tuple(sorted(options.items())), {}
-    if cfg.model.onnx:  # the graph's own rows and workload (register_onnx_workload), as poprun-ipu predict --onnx
+    if cfg.model.onnx:  # the graph's own rows and workload (graph_workload), as poprun-ipu predict --onnx
         model, overrides, size, extra = onnx_model_label(cfg), (), image_shape[0], {"image_channels": image_shape[2]}
     return IpuPlan(model=model, model_overrides=overrides, image_size=size, **extra,
                    num_classes=num_classes, micro_batch=cfg.data.micro_batch,
@@ -181,7 +184,7 @@ def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: i
                    prefetch_micro_batches=ipu.prefetch_micro_batches, eight_bit_io=True,
                    optimizer=optimizer_state(cfg.optim.name, cfg.optim.momentum),
                    system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,
-                   dataset_images=dataset_images, epochs=cfg.run.epochs)
+                   dataset_images=dataset_images, epochs=cfg.run.epochs, workload=workload)
 
 
 # what a run that does not fit can change, after Poplar's words
@@ -199,10 +202,10 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
     only the IO tiles are planned and the log says why there is no fit check.
     """
     ipu = cfg.ipu
-    register_onnx_workload(cfg, model)
+    workload = graph_workload(cfg, model)
     if not ipu.check_fit:
         try:
-            ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
+            ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
             why = ""
         except ValueError as err:
             why = f" (and no IPU-POD could run this shape: {err})"
@@ -213,7 +216,7 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
         _log_io_tiles(io, ipu.prefetch_micro_batches)
         return CompiledIpu(None, None, io)
     try:
-        plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
+        plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
     except ValueError as err:
         raise ValueError(f"cannot compile this run for an IPU-POD: {err}; change the shape, or pass "
                          "--set ipu.check_fit=false for a CPU-only experiment (no memory fit check)") from err

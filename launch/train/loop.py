@@ -18,7 +18,7 @@ import poprun_py as popdist
 from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
-from launch.train.build import Training, save_trained_onnx
+from launch.train.build import Training, graph_workload, save_trained_onnx
 from launch.train.instruments import finish_records, run_cpu_seconds, write_update_stats
 from launch.train.preemption import StopRequest
 from launch.train.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, run_end_text
@@ -228,7 +228,8 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
     info = t.train_set.info
     pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
-                                     profile=t.model.profile(cfg.data.micro_batch)) if t.lead else None
+                                     profile=t.model.profile(cfg.data.micro_batch),
+                                     workload=graph_workload(cfg, t.model)) if t.lead else None
     threads = gather_thread_report(t.engine.comm)  # collective
     held_out = finish_records(t, log)  # collective: the test split
     phases = e.phase_seconds().seconds

@@ -5,8 +5,8 @@ the options against it (image size where the graph does not fix it, ``--num-clas
 ``--pipeline-splits``) and returns an :class:`OnnxSource` and the base plan with the graph's name,
 image size and classes. The source is the ``profile_for`` hook of ``launch.predict.sweep_report``: the graph's
 ``LayerProfile`` rows at a plan's micro-batch and image size, cached per (path, micro-batch, image
-size, blocks). The graph's activations and norms become the cost model's workload
-(``ipu.cost.layers.WORKLOADS``), since the profile does not say which they are.
+size, blocks). The graph's activations and norms are the plan's workload (``IpuPlan.workload``), which
+the cost model reads since the profile does not say which they are.
 
 Every bad input is an ``OnnxImportError`` (a ``ValueError`` with a one-line message): the command
 prints it and exits 2 before anything is written.
@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ipu.cost.layers import WORKLOADS, Workload
-from ipu.plan import IpuPlan
+from ipu.plan import IpuPlan, Workload
 from models.onnx import Graph, OnnxImportError, OnnxNetwork, folded_norm_warning, load_graph
 from models.onnx.blocks import split_starts
 from models.profile import LayerProfile
@@ -106,12 +105,11 @@ def open_onnx(path: str, base: IpuPlan, image_sizes: Sequence[int] = (), num_cla
     if warning:
         logger.warning(warning)
     model = f"onnx:{resolved.name}"
-    WORKLOADS[model] = workload_of(probe)
     # the base plan's recomputation checkpoint is a module of its own model: kept only when the graph has it
     keeps = base.recompute_until and any(base.recompute_until in node.name.split("/") for node in probe.nodes)
     plan = replace(base, model=model, model_overrides=(), image_size=h, image_channels=c,
                    num_classes=net.num_classes, pipeline_splits=(), device_mapping=(),
-                   recompute_until=base.recompute_until if keeps else "")
+                   recompute_until=base.recompute_until if keeps else "", workload=workload_of(probe))
     return source, plan
 
 
