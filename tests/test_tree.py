@@ -1,5 +1,5 @@
 """The tests tree: shared helpers live in helper modules, never in a test module, and the tests of
-``launch/`` mirror its commands (one folder per subpackage)."""
+``launch/`` and ``ipu/`` mirror their subpackages (one folder each)."""
 
 from tests.import_rules import ROOT, imported_modules
 
@@ -19,3 +19,8 @@ def test_no_test_module_imports_another_test_module():
 def test_the_tests_of_launch_mirror_its_commands():
     commands = {p.parent.name for p in (ROOT / "launch").glob("*/__init__.py")} - {"examples"}
     assert commands and all((TESTS / "launch" / c / "__init__.py").is_file() for c in commands), commands
+
+
+def test_the_tests_of_ipu_mirror_its_subpackages():
+    subpackages = {p.parent.name for p in (ROOT / "ipu").glob("*/__init__.py")}
+    assert subpackages and all((TESTS / "ipu" / s / "__init__.py").is_file() for s in subpackages), subpackages

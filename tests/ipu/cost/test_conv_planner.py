@@ -18,7 +18,7 @@ SHAPES = {
 
 
 def test_single_tile_conv_is_the_nx1_vertex_by_hand():
-    # one tile: no split, no exchange, no reduction -- the plan is the vertex (see test_vertex_costs)
+    # one tile: no split, no exchange, no reduction -- the plan is the vertex (see test_vertices)
     fwd = conv_passes(ConvShape(1, (20, 30), 16, 16, (3, 3)))[0]
     plan = plan_conv(fwd, MK2, 1, 0.6, True, True)
     assert plan.method == "AMP" and plan.tiles_used == 1 and plan.compute_sets == 1

@@ -18,7 +18,7 @@ from models.dense import Dense
 from models.optim import OptimConfig
 from tests.ipu.oracles import expected_bubble_share
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "fashion-mnist-subset.h5"
+DATA = Path(__file__).resolve().parents[3] / "data" / "fashion-mnist-subset.h5"
 MICRO = 4
 
 
