@@ -199,13 +199,15 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
     Places the run's replica on its IPUs (``ipu.compile.compile_device``), logs the memory report (and writes
     ``memory.png`` on instance 0 when ``run.plots``), plans the IO tiles, and raises
     ``IpuOutOfMemoryError`` in Poplar's words when a tile does not fit. With ``ipu.check_fit: false``
-    only the IO tiles are planned and the log says why there is no fit check.
+    only the plan (when an IPU-POD can run it) and the IO tiles, and the log says why there is no fit check.
+    The run's POD prediction (``launch.train.loop``) is this plan's.
     """
     ipu = cfg.ipu
     workload = graph_workload(cfg, model)
     if not ipu.check_fit:
+        plan = None
         try:
-            ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
+            plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
             why = ""
         except ValueError as err:
             why = f" (and no IPU-POD could run this shape: {err})"
@@ -214,7 +216,7 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
         io = plan_io_tiles(get_chip(ipu.chip), ipu.num_io_tiles, cfg.data.micro_batch * h * w * c,
                            ipu.prefetch_micro_batches, ipu.ipus_per_replica, ipu.pipeline_schedule)
         _log_io_tiles(io, ipu.prefetch_micro_batches)
-        return CompiledIpu(None, None, io)
+        return CompiledIpu(plan, None, io)
     try:
         plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
     except ValueError as err:

@@ -18,10 +18,10 @@ import poprun_py as popdist
 from ipu.runtime.phases import PHASES, PhaseTimes, critical_path, shares
 from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
-from launch.train.build import Training, graph_workload, save_trained_onnx
+from launch.train.build import Training, save_trained_onnx
 from launch.train.instruments import finish_records, run_cpu_seconds, write_update_stats
 from launch.train.preemption import StopRequest
-from launch.train.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, run_end_text
+from launch.train.report import MetricsLog, plot_metrics, predicted_pod, run_end_text
 from launch.train.thread_report import gather_thread_report, oversubscribed_hosts
 from poprun_py.errors import EXIT_INTERRUPTED, signal_name
 
@@ -226,10 +226,9 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
             loop: _UpdateTimes) -> int:
     cfg, e = t.cfg, t.engine
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
-    info = t.train_set.info
-    pod = predicted_pod_images_per_s(cfg, info.image_shape, info.num_classes, info.num_samples,
-                                     profile=t.model.profile(cfg.data.micro_batch),
-                                     workload=graph_workload(cfg, t.model)) if t.lead else None
+    plan = t.compiled.plan if t.compiled is not None else None  # None: no IPU-POD runs it (the compile said why)
+    pod = predicted_pod(plan, t.compiled.profile or t.model.profile(cfg.data.micro_batch)) \
+        if t.lead and plan is not None else None
     threads = gather_thread_report(t.engine.comm)  # collective
     held_out = finish_records(t, log)  # collective: the test split
     phases = e.phase_seconds().seconds

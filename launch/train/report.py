@@ -14,12 +14,15 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipu.plan import IpuPlan
 from ipu.runtime.phases import PHASES
 from launch.train.tensorboard import open_tensorboard
 from launch.train.thread_report import describe_threads
+from models.profile import LayerProfile
 
 logger = logging.getLogger(__name__)
 
@@ -125,24 +128,37 @@ def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Pat
 
 
 def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,
-                               dataset_images: int, profile=None, workload=None) -> tuple[float, str] | None:
+                               dataset_images: int, profile=None) -> tuple[float, str] | None:
     """The cost model (``ipu.cost.prediction.predict``) for this run's plan (``launch.train.build.ipu_plan``).
 
     Returns (images/s for all replicas on the POD, the POD's name), or None with a logged reason
     when the configuration is not one an IPU-POD can run (replicas not a power of two, ...).
-    ``profile``: the model's ``list[LayerProfile]`` at the micro-batch, if at hand (else built);
-    ``workload``: a graph model's (``launch.train.build.graph_workload``).
+    ``profile``: the model's ``list[LayerProfile]`` at the micro-batch, if at hand (else built). A run
+    predicts its own compiled plan instead (:func:`predicted_pod`).
     """
     from ipu.cost.prediction import predict
     from ipu.plan import load_profile
     from launch.train.build import ipu_plan
 
     try:
-        plan = ipu_plan(cfg, image_shape, num_classes, dataset_images, workload)
+        plan = ipu_plan(cfg, image_shape, num_classes, dataset_images)
         prediction = predict(plan, profile if profile is not None else load_profile(plan))
         return prediction.images_per_s, plan.system
     except (ValueError, KeyError, RuntimeError, TypeError) as err:
         logger.warning("No POD prediction for this configuration: %s", err)
+        return None
+
+
+def predicted_pod(plan: IpuPlan, profile: Sequence[LayerProfile]) -> tuple[float, str] | None:
+    """The cost model (``ipu.cost.prediction.predict``) for a run's compiled plan and the profile it was placed
+    with: (images/s for all replicas on the POD, the POD's name), or None with a logged reason when the cost
+    model cannot cost the plan."""
+    from ipu.cost.prediction import predict
+
+    try:
+        return predict(plan, profile).images_per_s, plan.system
+    except ValueError as err:
+        logger.warning("No POD prediction for this run: %s", err)
         return None
 
 
@@ -158,7 +174,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MetricsLog", "plot_metrics", "predicted_pod_images_per_s", "summary_text"]
+__all__ = ["MetricsLog", "plot_metrics", "predicted_pod", "predicted_pod_images_per_s", "summary_text"]
 
 
 def run_end_text(summary: dict[str, Any], threads, num_instances: int) -> str:

@@ -15,9 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from ipu.cost.prediction import predict
 from ipu.memory import IpuOutOfMemoryError
 from launch.train.build import compile_ipu, ipu_plan
 from launch.train.config import load_config
+from launch.train.report import predicted_pod
 from models import build_model
 from tests.launch.train.train_runs import env
 
@@ -66,6 +68,15 @@ def test_a_shape_no_pod_runs_is_refused_unless_the_fit_check_is_off(caplog):
     assert c.plan is None and c.memory is None and not c.io.overlap
     assert "No memory fit check: ipu.check_fit is false (and no IPU-POD could run this shape" in caplog.text
 
+
+
+def test_the_compiled_plan_and_profile_are_what_the_run_predicts_at_its_end():
+    """The end of a run costs the plan it compiled, with the profile it was placed with: nothing is rebuilt."""
+    c = compiled([])
+    assert c.profile and c.plan == ipu_plan(load_config("default", ["run.plots=false"]), (28, 28, 1), 10, 10_000)
+    assert predicted_pod(c.plan, c.profile) == (predict(c.plan, list(c.profile)).images_per_s, "POD4")
+    unchecked = compiled(["ipu.check_fit=false"])  # no fit, but a plan an IPU-POD can run: still predicted
+    assert unchecked.memory is None and unchecked.plan == c.plan and unchecked.profile == ()
 
 @pytest.mark.parametrize("schedule,ipus,warned", [("interleaved", 2, True), ("grouped", 2, False),
                                                   ("interleaved", 1, False)])
