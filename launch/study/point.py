@@ -74,7 +74,7 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
         if resumed:  # the earlier part's CPU seconds, up to the checkpoint this part resumed from
             row["cpu_s_parts"] = [t.cpu_before, cpu]
         if dist.instance_index == 0:
-            row.update(summarise(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
+            row.update(summarise_run(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
             if snapshots:
                 save_snapshots(run_dir, initial, _checkpoint_weights(run_dir))
         _drop_checkpoints(run_dir, dist.instance_index == 0)
@@ -97,7 +97,7 @@ def _base_row(study: Study, point: Point, provenance: dict) -> dict[str, Any]:
             **provenance.get("code", {}), "data_sha256": provenance.get("data_sha256", "")}
 
 
-def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float, phase: str = "seeds") -> dict[str, Any]:
+def summarise_run(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float, phase: str = "seeds") -> dict[str, Any]:
     """The row's numbers from the run's ``metrics.jsonl`` and the cost model."""
     records = [json.loads(x) for x in Path(cfg.run.run_dir, "metrics.jsonl").read_text().splitlines() if x.strip()]
     records = records[_last_start(records):]

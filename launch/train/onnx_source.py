@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ipu.plan import IpuPlan, Workload
-from models.onnx import Graph, OnnxImportError, OnnxNetwork, folded_norm_warning, load_graph
+from models.onnx import Graph, OnnxImportError, ProfiledGraph, folded_norm_warning, load_graph
 from models.onnx.blocks import split_starts
 from models.profile import LayerProfile
 
@@ -59,10 +59,10 @@ class OnnxSource:
     num_classes: int | None
     fixed_hw: tuple[int, int] | None  # the graph's own image size, if it fixes one
 
-    def network(self, micro_batch: int, image_size: int) -> OnnxNetwork:
+    def network(self, micro_batch: int, image_size: int) -> ProfiledGraph:
         size = None if self.fixed_hw == (image_size, image_size) else image_size
         graph = load_graph(self.path, image_size=size, batch_size=micro_batch)
-        return OnnxNetwork(graph, self.blocks if isinstance(self.blocks, str) else list(self.blocks),
+        return ProfiledGraph(graph, self.blocks if isinstance(self.blocks, str) else list(self.blocks),
                            self.num_classes, name=self.path.name)
 
     def __call__(self, plan: IpuPlan) -> list[LayerProfile]:
@@ -96,7 +96,7 @@ def open_onnx(path: str, base: IpuPlan, image_sizes: Sequence[int] = (), num_cla
         raise OnnxImportError(f"{_where(path)}: the graph's images are {h}x{w}; the IPU plan takes square images: "
                               f"give --image-size N")
     blocks, aliases = _blocks(probe, path, splits)
-    net = OnnxNetwork(probe, list(blocks) if not isinstance(blocks, str) else blocks, num_classes,
+    net = ProfiledGraph(probe, list(blocks) if not isinstance(blocks, str) else blocks, num_classes,
                       name=resolved.name)
     source = OnnxSource(resolved, path, blocks, aliases, num_classes, fixed)
     for size in image_sizes[1:]:  # every size of a sweep is read before anything runs

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from launch.study.claims import Claim, claim_from_dict, decide
+from launch.study.claims import Claim, claim_from_dict, judge
 from launch.study.provenance import code_state, comparable_config, file_sha256, mismatches
 from launch.study.stats import Interval, difference_interval, mean_interval, t_quantile
 
@@ -58,11 +58,11 @@ def test_welch_difference_interval():
 ])
 def test_verdicts(low, high, above, below, verdict):
     claim = Claim("a", "b", above=above, below=below)
-    assert decide(claim, Interval(0.5 * (low + high) / 100, 0.0, 3, low / 100, high / 100)) == verdict
+    assert judge(claim, Interval(0.5 * (low + high) / 100, 0.0, 3, low / 100, high / 100)) == verdict
 
 
 def test_no_interval_is_undecided_and_claims_are_checked():
-    assert decide(Claim("a", "b", above=0.0), Interval(0.1, math.nan, 1, math.nan, math.nan)) == "undecided"
+    assert judge(Claim("a", "b", above=0.0), Interval(0.1, math.nan, 1, math.nan, math.nan)) == "undecided"
     with pytest.raises(ValueError, match="unknown key 'within'"):
         claim_from_dict({"arm": "a", "reference": "b", "within": 1}, "c")
     with pytest.raises(ValueError, match="metric='loss'"):
