@@ -117,10 +117,12 @@ def onnx_graph(cfg: TrainConfig, info):
 
 def check_model(cfg: TrainConfig) -> None:
     """Check ``model.onnx`` against the dataset before anything is written (the run directory included):
-    the graph loads, its input and classifier fit the dataset's images and classes. Nothing for a
-    built-in model (``build_model`` takes the dataset's shape)."""
+    the file is there, the graph loads (every op supported), its input and classifier fit the dataset's
+    images and classes. Nothing for a built-in model (``build_model`` takes the dataset's shape)."""
     if not cfg.model.onnx:
         return
+    if not os.path.isfile(cfg.model.onnx):
+        raise ValueError(f"model.onnx={cfg.model.onnx}: no such file (from {Path.cwd()}): give the path of an .onnx file")
     from models.onnx import folded_norm_warning
 
     train_set = open_dataset(dataset_path(cfg.data.path), "train")

@@ -80,16 +80,11 @@ class ModelConfig:
     name: str = "efficientnet-tiny"
     options: tuple[tuple[str, Any], ...] = ()
     label_smoothing: float = 0.0
-    onnx: str = ""  # a user's network (models.onnx.network): trained instead of ``name``
+    onnx: str = ""  # a user's network (models.onnx.network): trained instead of ``name``; the file is
+    # read and checked by launch.train.build.check_model, never here
     num_classes: int | None = None  # with ``onnx``: replace the final classifier for the dataset's classes
 
     def __post_init__(self) -> None:
-        if self.onnx:
-            import os
-            if not os.path.isfile(self.onnx):
-                raise ValueError(f"model.onnx={self.onnx}: no such file")
-            from models.onnx.graph import check_ops, read_model
-            check_ops(read_model(self.onnx), self.onnx)  # an unsupported op: before anything runs
         if self.num_classes is not None and self.num_classes < 1:
             raise ValueError(f"model.num_classes={self.num_classes} must be >= 1")
 

@@ -162,10 +162,12 @@ def topk_model(path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["unsupported_op", "class_count"])
+@pytest.mark.parametrize("case", ["unsupported_op", "class_count", "no_file"])
 def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path):
     if case == "unsupported_op":
         path, words = topk_model(tmp_path / "topk.onnx"), ("TopK", "topk")
+    elif case == "no_file":
+        path, words = str(tmp_path / "none.onnx"), ("model.onnx=", "none.onnx: no such file")
     else:
         path, words = export_tiny(tmp_path / "seven.onnx", classes=7), ("7 classes", "model.num_classes=10")
     run_dir = tmp_path / "run"
@@ -176,6 +178,18 @@ def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path)
     assert all(w in errors[0] for w in words), errors[0]
     assert "Traceback" not in proc.stderr
     assert not run_dir.exists()
+
+
+def test_the_config_names_the_file_and_the_check_reads_it(tmp_path):
+    """Loading a configuration reads no file: ``check_model`` (before the run directory) does."""
+    from launch.train.build import check_model
+
+    cfg = load_config("dense", [f"model.onnx={tmp_path / 'later.onnx'}"])
+    assert cfg.model.onnx.endswith("later.onnx")
+    with pytest.raises(ValueError, match="later.onnx: no such file"):
+        check_model(cfg)
+    with pytest.raises(ValueError, match="TopK"):
+        check_model(load_config("dense", [f"model.onnx={topk_model(tmp_path / 'later.onnx')}"]))
 
 
 def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
