@@ -25,8 +25,8 @@ class Base:
     note: str = ""  # what was assumed (stderr)
 
 
-def base_plan(config: str | None, preset: str | None, sets: Sequence[str]) -> Base:
-    """The plan of ``--config`` (with ``--set``) or of ``--preset``."""
+def base_plan(config: str | None, preset: str | None, sets: Sequence[str], onnx: bool = False) -> Base:
+    """The plan of ``--config`` (with ``--set``) or of ``--preset``; ``onnx``: ``--onnx FILE`` gives the model."""
     if preset:
         if sets:
             raise UsageError(f"--set needs --config (a preset has no configuration keys): use --config with a "
@@ -36,6 +36,9 @@ def base_plan(config: str | None, preset: str | None, sets: Sequence[str]) -> Ba
         cfg = load_config(config or "default", list(sets))
     except ValueError as err:
         raise UsageError(f"--config {config} {' '.join('--set ' + s for s in sets)}: {err}".replace("  ", " ")) from None
+    if cfg.model.onnx and not onnx:
+        raise UsageError(f"--config {config}: model.onnx={cfg.model.onnx} is your own network: add --onnx "
+                         f"{cfg.model.onnx} (the configuration gives the rest of the plan)")
     shape, classes, images, note = dataset_facts(cfg)
     try:
         plan = ipu_plan(cfg, shape, classes, images)

@@ -116,7 +116,7 @@ def _predict_or_profile(args) -> int:
         raise UsageError("give --config NAME, --preset NAME or --onnx FILE")
     if args.num_classes is not None and not args.onnx:
         raise UsageError("--num-classes goes with --onnx FILE (a configuration's classes are its dataset's)")
-    base = base_plan(args.config, args.preset or (None if args.config else ONNX_BASE), args.set)
+    base = base_plan(args.config, args.preset or (None if args.config else ONNX_BASE), args.set, bool(args.onnx))
     profile_for = load_profile
     if args.onnx:
         profile_for, plan = open_onnx(args.onnx, base.plan, grid.get("image_size", ()), args.num_classes, splits)

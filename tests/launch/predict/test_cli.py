@@ -94,3 +94,8 @@ def test_a_preset_alone_is_predicted_as_it_is(monkeypatch):
 def test_all_takes_no_plan_options(capsys):
     assert predict.main(["predict", "--all", "--micro-batch", "2"]) == 2
     assert "--all takes no plan options" in capsys.readouterr().err
+
+
+def test_a_config_of_your_own_network_asks_for_onnx(capsys):
+    assert predict.main(["predict", "--config", "dense", "--set", "model.onnx=my.onnx"]) == 2
+    assert "model.onnx=my.onnx is your own network: add --onnx my.onnx" in capsys.readouterr().err
