@@ -318,9 +318,9 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
 
 
 def save_trained_onnx(t: Training) -> None:
-    """With ``model.onnx``: ``run_dir/model.onnx``, the graph with the trained weights (``launch.train.onnx_export``)."""
+    """With ``model.onnx``: ``run_dir/model.onnx``, the graph with the trained weights (``models.onnx.export``)."""
     if t.cfg.model.onnx:
-        from launch.train.onnx_export import write_trained_onnx
+        from models.onnx.export import write_trained_onnx
 
         first = t.engine.replicas[0]  # global replica 0 (instance 0): its batch-norm statistics
         assert first.index == 0, "run_dir/model.onnx is written by the instance of replica 0"

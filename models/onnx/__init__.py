@@ -10,7 +10,7 @@ anything else runs; other bad input raises a one-line ``OnnxImportError`` (both 
 ``profile.ProfiledGraph`` turns a graph into the ``LayerProfile`` rows the IPU memory and cost models
 read, the same records the built-in models' ``Model.profile(batch_size)`` produce, grouped into named
 blocks for pipeline splits. The graph-model trainer (``models.onnx.network``) builds the engine's layers from the same
-``Graph``.
+``Graph``, and ``export.write_trained_onnx`` writes the file back with the trained weights.
 
 Imports numpy, ``onnx`` and ``models.profile`` only: never the launcher, the device model, MPI or the
 kernels.

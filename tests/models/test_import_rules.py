@@ -29,6 +29,13 @@ def test_onnx_importer_imports_no_kernels():
 
 
 @pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])
+def test_only_models_onnx_imports_onnx(package):
+    """Reading, profiling, training and writing an ONNX graph is ``models/onnx/``'s: the rest takes its ``Graph``."""
+    found = offenders(package, lambda m: _under(m, "onnx"))
+    assert {f: m for f, m in found.items() if not f.startswith("models/onnx/")} == {}
+
+
+@pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])
 def test_no_import_circle(package):
     """Within a package the imports form no circle, deferred imports inside functions included
     (``models.onnx``: the graph's IR is ``ir.py``, which the fusions and the reader both import)."""

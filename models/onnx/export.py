@@ -31,7 +31,7 @@ def trained_onnx(model, source, buffers=None, num_classes: int | None = None):
     ``buffers`` (norm running statistics; default ``model.buffers()``); ``num_classes``: ``model.num_classes``."""
     from onnx import numpy_helper
 
-    from models.onnx import read_model
+    from models.onnx.graph import read_model
 
     proto = read_model(source)
     inits = {t.name: t for t in proto.graph.initializer}
