@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402  (loaded before the header, so that it can name
 
 from bench.bench_models import _cpu_model, _pools, _threads_seen  # noqa: E402
 from ipu.runtime.phases import PHASES, critical_path  # noqa: E402
-from launch.thread_report import describe_threads, oversubscribed_hosts  # noqa: E402
+from launch.train.thread_report import describe_threads, oversubscribed_hosts  # noqa: E402
 
 PRECISION_16 = ("ipu.precision=\"16.16\"", "ipu.emulate_precision=true", "ipu.stochastic_rounding=true",
                 "loss_scaling.kind=static", "loss_scaling.initial_scale=128")
@@ -103,9 +103,9 @@ def interleaved(args, extra: tuple[str, ...]) -> dict[str, dict[str, float]]:
     ``args.blocks`` blocks of ``args.block`` updates, the two precisions' blocks alternated."""
     import models
     import poprun_py as popdist
-    from launch.build import build_training
-    from launch.config import load_config
-    from launch.distribute import placement
+    from launch.train.build import build_training
+    from launch.train.config import load_config
+    from launch.train.distribute import placement
     from poprun_py.comm import LoopbackComm
 
     models.set_num_threads(1)  # as each instance of the job (its threads line above)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from launch import checkpoint as ckpt  # noqa: E402
+from launch.train import checkpoint as ckpt  # noqa: E402
 from poprun_py.faults import INJECTED, Fault  # noqa: E402
 
 INSTANCES, REPLICAS = 2, 4

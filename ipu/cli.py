@@ -1,24 +1,12 @@
-"""``poprun-ipu``: memory fit, predicted POD cost, per-layer profile and validation, no training.
-
-    poprun-ipu predict --preset g16-b4-pod64 [--chip bow] [--json]
-    poprun-ipu predict --all --chip mk2 --report-dir out/   # also writes memory and timeline PNGs
-    poprun-ipu profile --preset g16-b4-pod256 --chip mk2 --out docs/img   # table + PNG
-    poprun-ipu validate                                      # components and ResNet-50 vs public figures
-    poprun-ipu validate --sensitivity [--preset NAME ...]    # each assumed constant at x0.5 and x1.5
-
-``predict`` exits with status 1 when a plan does not fit in IPU memory (after printing everything,
-the hypothetical prediction included) and names the plans on stderr; 2 is a usage error.
-The same as ``python -m ipu``.
-"""
+"""The text and plain data of ``poprun-ipu`` (``launch.predict``): a plan's memory fit, predicted cost and
+comparison with published figures (:func:`describe`, :func:`format_prediction`), the same as JSON
+(:func:`prediction_dict`, :data:`JSON_SCHEMA`), the per-layer profile (:func:`show_profile`) and the
+validation's figures (:func:`validation_dict`, :func:`sensitivity_dict`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from ipu.compile import format_memory_report, plot_memory_report
@@ -26,72 +14,9 @@ from ipu.cost.prediction import Prediction, predict
 from ipu.memory import MemoryPlan, fit, out_of_memory_message
 from ipu.pipeline.split import replica_schedule
 from ipu.pipeline.timeline import format_timeline, plot_timeline
-from ipu.plan import PRESETS, PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, get_preset, load_profile
-from ipu.specs import CHIPS
+from ipu.plan import PUBLISHED_CHIP, PUBLISHED_HOURS_TO_TRAIN, IpuPlan, load_profile
 
 JSON_SCHEMA = 1
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poprun-ipu", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("predict", help="print the memory fit and predicted cost of a preset")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--preset", choices=sorted(PRESETS), help="a named configuration")
-    which.add_argument("--all", action="store_true", help="every preset")
-    p.add_argument("--epochs", type=float, help="epochs for the time to train (default: the preset's)")
-    p.add_argument("--report-dir", type=Path, help="write memory_<preset>.png and timeline_<preset>.png here")
-    q = sub.add_parser("profile", help="per-layer cycles of a preset by IPU, pass and category (table + PNG)")
-    q.add_argument("--preset", choices=sorted(PRESETS), required=True, help="a named configuration")
-    q.add_argument("--out", type=Path, default=Path("."), help="directory for profile_<preset>_<chip>.png")
-    q.add_argument("--top", type=int, default=25, help="layers per IPU in the table, most expensive first (0: all)")
-    v = sub.add_parser("validate", help="compare the model's parts and ResNet-50 predictions with public figures")
-    v.add_argument("--sensitivity", action="store_true",
-                   help="instead: how each assumed constant at x0.5 and x1.5 moves each preset's step time")
-    v.add_argument("--preset", action="append", choices=sorted(PRESETS), dest="presets",
-                   help="with --sensitivity: only this preset (repeatable; default: every preset)")
-    for s in (p, q, v):
-        s.add_argument("--chip", choices=sorted(CHIPS), help="the IPU (default: the preset's; validate: all)")
-        s.add_argument("--json", action="store_true", help="print the figures as JSON (a stable interface)")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "profile":
-        return _profile(args)
-    if args.command == "validate":
-        return _validate(args)
-    names = sorted(PRESETS) if args.all else [args.preset]
-    if args.report_dir:
-        args.report_dir.mkdir(parents=True, exist_ok=True)
-    out, too_big = [], []
-    for name in names:
-        plan = _with_chip(get_preset(name), args.chip)
-        if args.json:
-            out.append(prediction_dict(name, plan, args.epochs))
-        else:
-            print(describe(name, plan, args.epochs, args.report_dir))
-        if not fit(plan, load_profile(plan)).fits:
-            too_big.append(f"{name} ({plan.chip})")
-    if args.json:
-        print(json.dumps({"schema": JSON_SCHEMA, "predictions": out}, indent=1))
-    if too_big:
-        print(f"poprun-ipu: {len(too_big)} of {len(names)} plan(s) do not fit in IPU memory: {', '.join(too_big)} "
-              "(the out-of-memory lines above say what to change); exit status 1", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _with_chip(plan: IpuPlan, chip: str | None) -> IpuPlan:
-    return replace(plan, chip=chip) if chip else plan
-
-
-def _profile(args) -> int:
-    plan = _with_chip(get_preset(args.preset), args.chip)
-    show_profile(args.preset, predict(plan, load_profile(plan)), plan.chip, args.out, args.json, args.top)
-    return 0
 
 
 def show_profile(name: str, prediction: Prediction, chip: str, out: Path, as_json: bool, top: int) -> Path:
@@ -108,46 +33,26 @@ def show_profile(name: str, prediction: Prediction, chip: str, out: Path, as_jso
     return png
 
 
-def _validate(args) -> int:
-    if args.sensitivity:
-        return _sensitivity(args)
-    if args.presets:
-        print("poprun-ipu validate: --preset goes with --sensitivity (validate compares fixed presets); "
-              "add --sensitivity or drop --preset", file=sys.stderr)
-        return 2
-    from ipu.cost.validation import comparisons, components, format_comparisons, format_components
-
-    rows = comparisons(args.chip)
-    parts = components()
-    if args.json:
-        print(json.dumps({"schema": JSON_SCHEMA, "components": [
-            {"component": c.component, "unit": c.unit, "model": c.model, "public": c.public, "ratio": c.ratio,
-             "source": c.source, "calibration": c.calibration} for c in parts], "comparisons": [
-            {"preset": c.figure.preset, "chip": c.figure.chip, "quantity": c.figure.quantity,
-             "predicted": c.predicted, "predicted_without_host_io": c.predicted_without_host_io,
-             "published": c.figure.value, "ratio": c.ratio, "source": c.figure.source, "note": c.figure.note}
-            for c in rows]}, indent=1))
-    else:
-        print("Components, each against its own public figure:")
-        print(format_components(parts))
-        print("\nEnd to end (ratio = predicted / published throughput, or published / predicted time):")
-        print(format_comparisons(rows))
-    return 0
+def validation_dict(parts: list, rows: list) -> dict:
+    """``validate --json``: the components (``ipu.cost.validation.components``) and the end-to-end
+    comparisons (``comparisons``) as plain data."""
+    return {"schema": JSON_SCHEMA, "components": [
+        {"component": c.component, "unit": c.unit, "model": c.model, "public": c.public, "ratio": c.ratio,
+         "source": c.source, "calibration": c.calibration} for c in parts], "comparisons": [
+        {"preset": c.figure.preset, "chip": c.figure.chip, "quantity": c.figure.quantity,
+         "predicted": c.predicted, "predicted_without_host_io": c.predicted_without_host_io,
+         "published": c.figure.value, "ratio": c.ratio, "source": c.figure.source, "note": c.figure.note}
+        for c in rows]}
 
 
-def _sensitivity(args) -> int:
-    from ipu.cost.sensitivity import FACTORS, format_sensitivity, sensitivity
+def sensitivity_dict(rows: list) -> dict:
+    """``validate --sensitivity --json``: each constant's effect on each preset's step time as plain data."""
+    from ipu.cost.sensitivity import FACTORS
 
-    rows = sensitivity(args.presets or sorted(PRESETS), args.chip)
-    if args.json:
-        print(json.dumps({"schema": JSON_SCHEMA, "factors": list(FACTORS), "sensitivity": [
-            {"module": r.assumption.module, "constant": r.assumption.name, "what": r.assumption.what,
-             "value": r.assumption.value, "preset": r.preset, "chip": r.chip, "step_time_s": r.base_s,
-             "scaled_step_time_s": list(r.scaled_s), "changes": list(r.changes)} for r in rows]}, indent=1))
-    else:
-        print(f"Step time change (%) with each constant at x{FACTORS[0]:g} / x{FACTORS[1]:g}, one at a time:")
-        print(format_sensitivity(rows))
-    return 0
+    return {"schema": JSON_SCHEMA, "factors": list(FACTORS), "sensitivity": [
+        {"module": r.assumption.module, "constant": r.assumption.name, "what": r.assumption.what,
+         "value": r.assumption.value, "preset": r.preset, "chip": r.chip, "step_time_s": r.base_s,
+         "scaled_step_time_s": list(r.scaled_s), "changes": list(r.changes)} for r in rows]}
 
 
 def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None, profile: list | None = None) -> dict:

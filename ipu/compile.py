@@ -26,12 +26,14 @@ COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#D
 
 @dataclass(frozen=True)
 class CompiledIpu:
-    """What the compile step decided: the plan and its memory fit (None when the fit is not checked)
-    and the IO tiles."""
+    """What the compile step decided: the plan (None when no IPU-POD can run the configuration), its memory
+    fit (None when the fit is not checked), the IO tiles, and the layer profile the plan was placed with
+    (empty when the fit is not checked)."""
 
     plan: IpuPlan | None
     memory: MemoryPlan | None
     io: IoTilePlan
+    profile: tuple[LayerProfile, ...] = ()
 
 
 def compile_device(plan: IpuPlan, profile: Sequence[LayerProfile], *, fields: str = "",
@@ -50,7 +52,7 @@ def compile_device(plan: IpuPlan, profile: Sequence[LayerProfile], *, fields: st
         if not fields:
             raise
         raise IpuOutOfMemoryError(f"{err}. {fields}") from None
-    return CompiledIpu(plan, memory, memory.io)
+    return CompiledIpu(plan, memory, memory.io, tuple(profile))
 
 
 def format_memory_report(memory: MemoryPlan) -> str:

@@ -8,7 +8,6 @@ the second workload the cost model is checked against (``ipu/cost/validation.py`
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 from ipu.pipeline.schedule import SCHEDULES, check_device_mapping
@@ -19,6 +18,19 @@ from poprun_py.systems import is_power_of_two
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # docs/sources.md §8
 OPTIMIZER_STATE_SLOTS = {"sgd": 0, "momentum": 1, "lars": 1, "rmsprop": 2, "adam": 2}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a layer profile leaves out about a model: its activation and norm, which the cost model needs
+    (``ipu.cost.layers.workload_for`` derives them from a built-in model's name; an imported graph's come
+    from its nodes)."""
+
+    activation: str = "swish"
+    norm: str = "group"
+    norm_groups: int = 4
+    drop_connect: bool = True
+    stable_norm: bool = True  # two-pass statistics (the EfficientNet recipe forces stable_norm on)
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class IpuPlan:
     device_iterations: int = 1
     dataset_images: int = IMAGENET_TRAIN_IMAGES
     epochs: float = 350.0
+    workload: Workload | None = None  # an imported graph's; None: the built-in model's (workload_for)
 
     def __post_init__(self) -> None:
         get_precision(self.precision)

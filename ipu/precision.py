@@ -107,8 +107,8 @@ def _rn_kernel(x: np.ndarray) -> None:
     float16's smallest normal, below which its spacing stays 2**-24), |x| + 2**(E + 13) lies where
     float32's spacing is 2**(E - 10), float16's spacing at |x|, so the addition rounds |x| to float16
     precision (to nearest, ties to even) and subtracting 2**(E + 13) back is exact. No branch and
-    no second view of ``x``: LLVM vectorises the loop (about 6x the scalar bit arithmetic it
-    replaces; all 2**32 float32 patterns checked against numpy's cast: ``bench/bench_rounding.py
+    no second view of ``x``: LLVM vectorises the loop (about 6x scalar bit
+    arithmetic; all 2**32 float32 patterns checked against numpy's cast: ``bench/bench_rounding.py
     --exhaustive``).
     """
     for i in range(x.size):

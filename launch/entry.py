@@ -1,7 +1,7 @@
 """The console scripts ``poprun-train``, ``poprun-study`` and ``poprun-ipu``: a Ctrl-C at any moment, the imports
 included, ends the command with one line on stderr and exit status 130 (never a traceback).
 
-The commands themselves say more when they can (``launch.train`` stops after an update with a
+The commands themselves say more when they can (``launch.train.cli`` stops after an update with a
 checkpoint and names it); this catches what reaches the top.
 """
 
@@ -22,7 +22,7 @@ def _run(module: str, command: str) -> int:
 
 
 def train() -> int:
-    return _run("launch.train", "poprun-train")
+    return _run("launch.train.cli", "poprun-train")
 
 
 def study() -> int:
@@ -30,4 +30,4 @@ def study() -> int:
 
 
 def ipu() -> int:
-    return _run("launch.predict", "poprun-ipu")
+    return _run("launch.predict.cli", "poprun-ipu")

@@ -3,7 +3,7 @@
 ``POPRUN_FAULT="instance=1,at=step 7,signal=KILL"`` in the launcher's environment (every
 instance inherits it) makes instance 1 send itself SIGKILL right after it reports the progress
 ``step 7`` (the training engine reports ``step N`` once weight update N is done, and
-``launch.checkpoint`` reports ``checkpoint N: writing`` and ``checkpoint N: renaming``), in the
+``launch.train.checkpoint`` reports ``checkpoint N: writing`` and ``checkpoint N: renaming``), in the
 first attempt only (``attempt=K`` picks another value of ``POPRUN_RESTART_COUNT``). ``signal=STOP``
 freezes the instance instead, a hang for ``--hang-timeout`` to catch. ``signal=WAIT`` sends no
 signal: the instance waits there until SIGUSR1 reaches it (which the program's own handler then

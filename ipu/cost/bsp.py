@@ -15,7 +15,7 @@ poplibs' reduction planner charges ``Target::getMaxIPUSyncDelay()`` instead, who
 not in poplibs, and no readable source gives the on-chip sync and exchange-latency measurements of Jia
 et al. (arXiv:1912.03413; ``ipu.cost.jia2019`` holds what secondary sources state: a 6-cycle memory
 latency and a 24 % rise of on-chip latency under full load, which this model, having no load term, does
-not reproduce). ``python -m ipu validate --sensitivity`` shows how much each
+not reproduce). ``poprun-ipu validate --sensitivity`` shows how much each
 prediction depends on them.
 """
 

@@ -16,8 +16,8 @@ after the sequence of popops/popnn calls poplibs makes for it (``ipu.cost.vector
 
 The profile does not say which activation or norm a model uses; ``workload_for`` takes the norm
 from the model's config (its name and overrides) and the activation from its family (EfficientNet:
-swish; ResNet: ReLU), as ``docs/ipu.md`` states; a graph read from ONNX registers
-its own in ``WORKLOADS`` (its activations and norms are in the graph).
+swish; ResNet: ReLU), as ``docs/ipu.md`` states; a plan of a graph read from ONNX carries its own
+(``IpuPlan.workload``: its activations and norms are in the graph).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ipu.cost import vectors as VC
 from ipu.cost.bsp import Cycles, compute_set, compute_sets
 from ipu.cost.conv_planner import ConvPlan, conv_passes, plan_conv
 from ipu.cost.vectors import VectorOp
+from ipu.plan import IpuPlan, Workload
 from ipu.specs import IpuSpec
 from models.profile import ConvShape, LayerProfile
 
@@ -38,27 +39,15 @@ LOSS_FWD_SETS, LOSS_BWD_SETS = 4, 2  # softmax: max, exp, sum, divide; gradient:
 MAXPOOL_TAPS = 9  # a 3x3 window (ResNet's stem pool), compares per output element (assumed)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What the profile leaves out about a model family."""
-
-    activation: str = "swish"
-    norm: str = "group"
-    norm_groups: int = 4
-    drop_connect: bool = True
-    stable_norm: bool = True  # two-pass statistics (the EfficientNet recipe forces stable_norm on)
-
-
-# Workloads of models that are not built in (an imported ONNX graph), registered by name by whoever read them.
-WORKLOADS: dict[str, Workload] = {}
+def plan_workload(plan: IpuPlan) -> Workload:
+    """The plan's own workload (an imported graph's), else its built-in model's (:func:`workload_for`)."""
+    return plan.workload or workload_for(plan.model, plan.model_overrides)
 
 
 def workload_for(model: str, overrides=()) -> Workload:
-    """The workload of a model name with its ``build_model`` overrides: the norm (kind and groups) is
-    the model's own config (``models.registry.model_config``: ``-gn`` or ``norm: group`` gives group
+    """The workload of a built-in model's name with its ``build_model`` overrides: the norm (kind and groups)
+    is the model's own config (``models.registry.model_config``: ``-gn`` or ``norm: group`` gives group
     norm, else batch norm); the activation and the rest go by the family."""
-    if model in WORKLOADS:
-        return WORKLOADS[model]
     norm = _norm_of(model, overrides)
     if model.startswith("resnet"):  # the MLPerf ResNet configs do not set stable_norm
         return Workload("relu", norm.kind if norm else "batch", norm.groups if norm else 32, False, False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ipu.cost import collectives, host_io, updates
 from ipu.cost.bsp import CATEGORIES, Cycles
-from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, workload_for
+from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, plan_workload
 from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
 from ipu.pipeline.schedule import recomputes
 from ipu.pipeline.split import StageSplit, first_layer_of, replica_schedule, split_stages
@@ -128,7 +128,7 @@ def device_context(plan: IpuPlan) -> DeviceContext:
     half = get_precision(plan.precision).half_compute
     return DeviceContext(get_chip(plan.chip), get_chip(plan.chip).tiles - plan.num_io_tiles,
                          plan.available_memory_proportion, half, half and plan.half_partials,
-                         workload_for(plan.model, plan.model_overrides), plan.norm_span)
+                         plan_workload(plan), plan.norm_span)
 
 
 def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:

@@ -212,11 +212,6 @@ def comparisons(chip: str | None = None) -> list[Comparison]:
     return [compare(f) for f in PUBLISHED if chip is None or f.chip == chip]
 
 
-def fp32_peak_check() -> tuple[float, float]:
-    """(model's Bow FP32 matrix peak, gc-flops measurement) in FLOP/s."""
-    return get_chip("bow").peak_flops(half=False), GC_FLOPS_BOW_FP32
-
-
 def _num(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 

@@ -48,7 +48,6 @@ DATA_PATH_BITS = 64  # Target::getDataPathWidth(): vectors of 4 half / 2 float
 # --- SLIC vertex (ConvPartial1xNSLIC), half inputs, 1x4 kernel windows -------------------------
 SLIC_WINDOW = 4
 SLIC_WORKER_PREAMBLE = 17  # 2 + 3 + 1 + 2 + 4 + 2 + 2 + 1
-SLIC_ENTRY = 10  # per worklist entry: pre-amble and brnzdec
 SLIC_WEIGHT_LOAD_PER_WORKER = 11  # 8 or 16 groups: 10 + 1
 SLIC_SUPERVISOR_PREAMBLE = 28
 SLIC_BRNZDEC_STALL = 6

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu.pipeline.schedule import Op, OpSchedule, build_schedule
+from ipu.pipeline.schedule import StageOp, OpSchedule, build_schedule
 from ipu.pipeline.split import check_gradient_accumulation
 
 LossFn = Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]  # (logits, labels) -> loss, dlogits
@@ -111,7 +111,7 @@ class PipelinedReplica:
             seconds[op.kind] = seconds.get(op.kind, 0.0) + time.perf_counter() - start
         return PipelineResult(state.losses, state.grads, state.trace, state.seconds)
 
-    def _forward(self, op: Op, state: _RunState, labels: np.ndarray, loss_fn: LossFn) -> None:
+    def _forward(self, op: StageOp, state: _RunState, labels: np.ndarray, loss_fn: LossFn) -> None:
         s, m = op.stage, op.micro_batch
         x = state.act_fifo[s].popleft()
         state.stash[s][m] = x
@@ -127,7 +127,7 @@ class PipelinedReplica:
         else:
             state.act_fifo[s + 1].append(y)
 
-    def _recompute(self, op: Op, state: _RunState) -> None:
+    def _recompute(self, op: StageOp, state: _RunState) -> None:
         s, m = op.stage, op.micro_batch
         if state.rngs is not None:  # replay the forward's draws from the state they started at
             state.replay.bit_generator.state = state.rng_at[(s, m)]
@@ -136,7 +136,7 @@ class PipelinedReplica:
         state.cached = (s, m)
         state.trace[s].append(f"RECOMP.{m + 1}")
 
-    def _backward(self, op: Op, state: _RunState, accumulate: Accumulate) -> None:
+    def _backward(self, op: StageOp, state: _RunState, accumulate: Accumulate) -> None:
         s, m = op.stage, op.micro_batch
         if state.cached != (s, m):  # the layer caches hold another micro-batch: recompute first
             self._recompute(op, state)
@@ -175,7 +175,7 @@ class _RunState:
             self.grads[p.name] += p.grad
 
 
-def _in_execution_order(schedule: OpSchedule) -> list[Op]:
+def _in_execution_order(schedule: OpSchedule) -> list[StageOp]:
     """Slot by slot; within a slot stage by stage, each stage's ops in its own order."""
     ops = [op for stage_ops in schedule.ops for op in stage_ops]
     position = {id(op): i for stage_ops in schedule.ops for i, op in enumerate(stage_ops)}

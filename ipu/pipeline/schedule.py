@@ -47,7 +47,7 @@ SCHEDULES = ("grouped", "interleaved", "sequential")
 
 
 @dataclass(frozen=True)
-class Op:
+class StageOp:
     """One operation of one stage on one micro-batch (0-based here, 1-based in labels)."""
 
     kind: str  # "FWD", "RECOMP" or "BWD"
@@ -68,7 +68,7 @@ class OpSchedule:
     num_stages: int
     num_micro_batches: int
     recompute: bool
-    ops: tuple[tuple[Op, ...], ...]  # ops[stage], in execution order
+    ops: tuple[tuple[StageOp, ...], ...]  # ops[stage], in execution order
     device_mapping: tuple[int, ...] = ()  # IPU of each stage; () = stage s on IPU s
 
     def ipu_of(self, stage: int) -> int:
@@ -143,21 +143,21 @@ def recomputes(stage: int, num_stages: int, recompute: bool) -> bool:
     return recompute and (stage < num_stages - 1 or num_stages == 1)
 
 
-def _with_recompute(stage_ops: list[Op], num_stages: int, recompute: bool) -> list[Op]:
+def _with_recompute(stage_ops: list[StageOp], num_stages: int, recompute: bool) -> list[StageOp]:
     """Insert RECOMP.m before BWD.m on the stages that recompute."""
-    out: list[Op] = []
+    out: list[StageOp] = []
     for op in stage_ops:
         if op.kind == "BWD" and recomputes(op.stage, num_stages, recompute):
-            out.append(Op("RECOMP", op.micro_batch, op.stage, op.slot))
+            out.append(StageOp("RECOMP", op.micro_batch, op.stage, op.slot))
         out.append(op)
     return out
 
 
-def _grouped(s_count: int, n: int) -> list[list[Op]]:
+def _grouped(s_count: int, n: int) -> list[list[StageOp]]:
     per_stage = []
     for s in range(s_count):
-        ops = [Op("FWD", m, s, m + s) for m in range(n)]
-        ops += [Op("BWD", m, s, m + 2 * s_count - 1 - s) for m in range(n)]
+        ops = [StageOp("FWD", m, s, m + s) for m in range(n)]
+        ops += [StageOp("BWD", m, s, m + 2 * s_count - 1 - s) for m in range(n)]
         ops.sort(key=lambda op: (op.slot, op.kind != "FWD"))
         per_stage.append(ops)
     return per_stage
@@ -173,11 +173,11 @@ def _one_f_one_b_order(s: int, s_count: int, n: int) -> list[tuple[str, int]]:
     return order
 
 
-def _interleaved(s_count: int, n: int) -> list[list[Op]]:
+def _interleaved(s_count: int, n: int) -> list[list[StageOp]]:
     """Place each stage's 1F1B order as early as data dependencies and its own order allow."""
     orders = [_one_f_one_b_order(s, s_count, n) for s in range(s_count)]
     done: dict[tuple[str, int, int], int] = {}  # (kind, stage, micro_batch) -> slot
-    placed: list[list[Op]] = [[] for _ in range(s_count)]
+    placed: list[list[StageOp]] = [[] for _ in range(s_count)]
     cursor = [0] * s_count
     while any(cursor[s] < len(orders[s]) for s in range(s_count)):
         progressed = False
@@ -193,7 +193,7 @@ def _interleaved(s_count: int, n: int) -> list[list[Op]]:
             prev = placed[s][-1].slot + 1 if placed[s] else 0
             slot = max([prev] + [done[d] + 1 for d in deps])
             done[(kind, s, m)] = slot
-            placed[s].append(Op(kind, m, s, slot))
+            placed[s].append(StageOp(kind, m, s, slot))
             cursor[s] += 1
             progressed = True
         if not progressed:  # cannot happen for the orders above; guards against a future edit
@@ -201,14 +201,14 @@ def _interleaved(s_count: int, n: int) -> list[list[Op]]:
     return placed
 
 
-def _sequential(s_count: int, n: int) -> list[list[Op]]:
-    per_stage: list[list[Op]] = [[] for _ in range(s_count)]
+def _sequential(s_count: int, n: int) -> list[list[StageOp]]:
+    per_stage: list[list[StageOp]] = [[] for _ in range(s_count)]
     slot = 0
     for m in range(n):
         for s in range(s_count):
-            per_stage[s].append(Op("FWD", m, s, slot))
+            per_stage[s].append(StageOp("FWD", m, s, slot))
             slot += 1
         for s in reversed(range(s_count)):
-            per_stage[s].append(Op("BWD", m, s, slot))
+            per_stage[s].append(StageOp("BWD", m, s, slot))
             slot += 1
     return per_stage

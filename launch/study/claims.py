@@ -58,7 +58,7 @@ def claim_from_dict(raw: dict, where: str) -> Claim:
     return claim
 
 
-def decide(claim: Claim, d: Interval) -> str:
+def judge(claim: Claim, d: Interval) -> str:
     """The verdict on ``claim`` from the interval ``d`` of the difference (fractions, not points)."""
     lo, hi = 100 * d.low, 100 * d.high
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -72,4 +72,4 @@ def decide(claim: Claim, d: Interval) -> str:
     return "undecided"
 
 
-__all__ = ["Claim", "METRICS", "VERDICTS", "claim_from_dict", "decide"]
+__all__ = ["Claim", "METRICS", "VERDICTS", "claim_from_dict", "judge"]

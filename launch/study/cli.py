@@ -123,7 +123,7 @@ def _command_line(argv: Sequence[str] | None) -> str:
 
 
 # loggers quieted to WARNING on the console without -v: the memory report and checkpoint lines
-QUIET_LOGGERS = ("launch.build", "launch.checkpoint", "ipu", "data")
+QUIET_LOGGERS = ("launch.train.build", "launch.train.checkpoint", "ipu", "data")
 
 
 def _setup_logging(verbose: int, index: int, count: int) -> None:

@@ -1,6 +1,6 @@
 """A study's grid: the spec read from ``launch/study/studies.yml`` and the training points it expands to.
 
-A study trains one base configuration (a name in ``launch/configs.yml``) over
+A study trains one base configuration (a name in ``launch/train/configs.yml``) over
 
 * **variants**: the product of the study's ``axes`` (any config keys: epochs, warmup, ...),
 * **arms**: the optimizers compared (one panel each), each with its own overrides, global batch
@@ -242,7 +242,7 @@ def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
 
 
 def overrides_of(values: dict[str, Any]) -> tuple[str, ...]:
-    """``{"optim.name": "adam", "model.options": {...}}`` -> ``launch.config`` override strings."""
+    """``{"optim.name": "adam", "model.options": {...}}`` -> ``launch.train.config`` override strings."""
     return tuple(f"{key}={json.dumps(value)}" for key, value in values.items())
 
 
@@ -370,7 +370,7 @@ def widened_candidate(rows: list[dict], pick: tuple[float, bool]) -> float | Non
 
 
 def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) -> list[str]:
-    """The ``launch.config`` overrides of one point, in the order they apply (later wins)."""
+    """The ``launch.train.config`` overrides of one point, in the order they apply (later wins)."""
     g = point.group
     return [*study.overrides, *g.variant.overrides, *g.arm.overrides,
             f"data.path={json.dumps(data_path)}", f"data.micro_batch={point.micro_batch}",

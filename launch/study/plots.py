@@ -143,7 +143,7 @@ def plot_all(study: Study, summaries, out: Path) -> list[Path]:
     paths = [plot_curves(study, summaries, v, out / f"curves-{slug(v.label)}.png") for v in measured]
     paths.append(plot_final_accuracy(study, summaries, out / "final_accuracy.png", measured or study.variants[:1]))
     paths.append(plot_time_to_target(study, summaries, out / "time_to_target.png"))
-    from launch.update_stats_plot import plot_update_stats
+    from launch.train.update_stats_plot import plot_update_stats
 
     runs = {}
     for s in summaries:  # the first fresh seed whose series starts at update 0 (a complete one)

@@ -1,6 +1,6 @@
 """One point of a study: a real training run through ``launch.train``, summarised as one result row.
 
-The run is ``launch.build.build_training`` + ``launch.train.run`` on the point's configuration,
+The run is ``launch.train.build.build_training`` + ``launch.train.loop.run`` on the point's configuration,
 with its own ``run_dir`` (``metrics.jsonl``, checkpoints at every epoch end, so a killed point
 resumes from its last epoch). The row holds its provenance (``launch.study.provenance``: commit, data
 hash, resolved configuration) and its folder relative to the study's, the validation curve, final and
@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from launch import checkpoint as ckpt
-from launch import run_dir as rundir
-from launch import train as train_cmd
-from launch.build import build_training
-from launch.config import TrainConfig, load_config, override_keys
-from launch.distribute import distribute, placement
-from launch.report import predicted_pod_images_per_s
+from launch.train import checkpoint as ckpt
+from launch.train import run_dir as rundir
+from launch.train.build import build_training
+from launch.train.config import TrainConfig, load_config, override_keys
+from launch.train.distribute import distribute, placement
+from launch.train.loop import resume, run
+from launch.train.report import predicted_pod_images_per_s
 from launch.study.grid import Point, Study, point_overrides, pod_split
 from launch.study.trajectory import save_snapshots, snapshot_every
 
@@ -61,20 +61,20 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
         if snapshots:
             every = snapshot_every(t.total_steps, snapshots)
             t.cfg = cfg = replace(cfg, run=replace(cfg.run, checkpoint_every=every))
-        resumed = train_cmd._resume(t, decision)
+        resumed = resume(t, decision)
         if dist.instance_index == 0:
             rundir.record_identity(decision, cfg.to_dict(), t.engine.params)
         row.update(resumed=resumed, resumed_from_update=t.engine.step if resumed else 0)
         initial = _flat_weights(t) if snapshots and not resumed else None
         with _output_to(run_dir / "train.log", dist.instance_index == 0):
-            code = train_cmd.run(t, resumed)
+            code = run(t, resumed)
         if code:
-            raise RuntimeError(f"launch.train.run exited with {code}")
+            raise RuntimeError(f"launch.train.loop.run exited with {code}")
         cpu = float(comm.allreduce(np.array([time.process_time() - cpu0]), op="sum")[0])
         if resumed:  # the earlier part's CPU seconds, up to the checkpoint this part resumed from
             row["cpu_s_parts"] = [t.cpu_before, cpu]
         if dist.instance_index == 0:
-            row.update(summarise(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
+            row.update(summarise_run(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
             if snapshots:
                 save_snapshots(run_dir, initial, _checkpoint_weights(run_dir))
         _drop_checkpoints(run_dir, dist.instance_index == 0)
@@ -97,7 +97,7 @@ def _base_row(study: Study, point: Point, provenance: dict) -> dict[str, Any]:
             **provenance.get("code", {}), "data_sha256": provenance.get("data_sha256", "")}
 
 
-def summarise(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float, phase: str = "seeds") -> dict[str, Any]:
+def summarise_run(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float, phase: str = "seeds") -> dict[str, Any]:
     """The row's numbers from the run's ``metrics.jsonl`` and the cost model."""
     records = [json.loads(x) for x in Path(cfg.run.run_dir, "metrics.jsonl").read_text().splitlines() if x.strip()]
     records = records[_last_start(records):]
@@ -178,7 +178,7 @@ def epoch_curve(records: list[dict]) -> list[dict[str, float]]:
 
 def pod_step_seconds(cfg: TrainConfig, info, pod: str) -> tuple[float, int, int, int] | None:
     """Seconds per weight update of this global batch on ``pod``, as the cost model predicts it
-    (``launch.report.predicted_pod_images_per_s``, which calls ``ipu.cost.prediction.predict``): the batch
+    (``launch.train.report.predicted_pod_images_per_s``, which calls ``ipu.cost.prediction.predict``): the batch
     spread over as many replicas as the POD holds, micro-batches no larger than the run's."""
     from ipu.specs import PODS
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.study import plots as study_plots
-from launch.study.claims import Claim, decide
+from launch.study.claims import Claim, judge
 from launch.study.grid import Group, Study, choose_lr, groups, scaling_source, sweep_candidates
 from launch.study.stats import Interval, difference_interval, mean_interval
 from launch.study.meta import META, RESULTS, data_description, local_path, portable, read_meta, read_rows
@@ -100,14 +100,6 @@ def pct(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{100 * x:.2f}"
 
 
-def pm(s: Summary, key: str, scale: float = 100.0, digits: int = 2) -> str:
-    m, sd = s.mean(key), s.std(key)
-    if not math.isfinite(m):
-        return "-"
-    text = f"{scale * m:.{digits}f}"
-    return text + (f" ± {scale * sd:.{digits}f}" if math.isfinite(sd) else "")
-
-
 def _num(x: float | None, digits: int = 0) -> str:
     """Thousands separated with ``digits`` decimals; small values with 3 significant digits."""
     if x is None or not math.isfinite(x):
@@ -167,7 +159,7 @@ def claim_verdicts(study: Study, summaries: list[Summary], variant) -> list[tupl
             out.append((claim, None, "undecided"))
             continue
         d = difference_interval(a.values(claim.metric), b.values(claim.metric))
-        out.append((claim, d, decide(claim, d)))
+        out.append((claim, d, judge(claim, d)))
     return out
 
 

@@ -3,7 +3,7 @@
 The runs are those of the study's ``trajectory`` arm in its first variant with the trajectory seed,
 at each batch size's chosen learning rate; their weight snapshots (``launch.study.trajectory``) give the
 PCA plane, and the validation loss on a grid of that plane is evaluated by a real training setup
-(``launch.build.build_training`` and its engine's ``evaluate``) so the numbers are the runs' own.
+(``launch.train.build.build_training`` and its engine's ``evaluate``) so the numbers are the runs' own.
 Collective under ``poprun_py``: instance 0 computes the plane and broadcasts it.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.build import build_training
-from launch.distribute import placement
+from launch.train.build import build_training
+from launch.train.distribute import placement
 from launch.study.grid import Group, Study, make_point
 from launch.study.point import point_config
 from launch.study.trajectory import (SNAPSHOTS_FILE, Plane, grid_axes, load_snapshots, load_surface, loss_surface,

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from models.onnx.graph import Graph, OnnxImportError
-from models.onnx.profile import OnnxNetwork, _prefix
+from models.onnx.ir import Graph, OnnxImportError
+from models.onnx.profile import ProfiledGraph, _prefix
 
 if TYPE_CHECKING:
-    from models.onnx.ops import Op
+    from models.onnx.ops import GraphOp
 
 
 def split_starts(graph: Graph, splits: Sequence[str], shown: str, flag: str) -> tuple[tuple[str, str], ...]:
@@ -26,7 +26,7 @@ def split_starts(graph: Graph, splits: Sequence[str], shown: str, flag: str) -> 
     that gave the splits (``--pipeline-splits``, ``ipu.pipeline_splits``), for errors."""
     if not splits:
         return ()
-    prefix = OnnxNetwork(graph, "prefix").blocks()
+    prefix = ProfiledGraph(graph, "prefix").blocks()
     if all(s in prefix for s in splits):
         return ()
     starts = []
@@ -44,7 +44,7 @@ def split_starts(graph: Graph, splits: Sequence[str], shown: str, flag: str) -> 
     return tuple(dict.fromkeys([(first, "input"), *zip(starts, splits)]))
 
 
-def cut(ops: list[Op], graph: Graph, starts: tuple[tuple[str, str], ...] = ()):
+def cut(ops: list[GraphOp], graph: Graph, starts: tuple[tuple[str, str], ...] = ()):
     """(name, ops, input tensor, output tensor) of each block. Without ``starts``: by name prefix, a name that
     comes back later gets ``#2``, ``#3``... With ``starts`` (``split_starts``): a block from each start's node
     (the first op at or after it: the importer merges some nodes into one op), which must be a point where one

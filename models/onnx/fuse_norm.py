@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.onnx.graph import Node
+from models.onnx.ir import Node
 
 
 def fuse_group_norm(nodes: list[Node], consts: dict[str, np.ndarray], graph_outputs) -> list[Node]:

@@ -19,21 +19,21 @@ import numpy as np
 from models.activation import Activation
 from models.conv import Conv2d
 from models.norm import ACTS, BatchNorm2d, GroupNorm
-from models.onnx.ops import Binary, LayerOp, Op
+from models.onnx.ops import Binary, LayerOp, GraphOp
 from models.onnx.patterns import squeeze_excite_chains
 from models.pool import GlobalAvgPool
 from models.se import SqueezeExcitation
 
 
-def _readers(ops: list[Op]) -> dict[str, list[Op]]:
-    out: dict[str, list[Op]] = {}
+def _readers(ops: list[GraphOp]) -> dict[str, list[GraphOp]]:
+    out: dict[str, list[GraphOp]] = {}
     for op in ops:
         for t in op.inputs:
             out.setdefault(t, []).append(op)
     return out
 
 
-def fuse_norm_act(ops: list[Op], output: str) -> list[Op]:
+def fuse_norm_act(ops: list[GraphOp], output: str) -> list[GraphOp]:
     readers = _readers(ops)
     dropped = set()
     for op in ops:
@@ -50,19 +50,19 @@ def fuse_norm_act(ops: list[Op], output: str) -> list[Op]:
     return [op for op in ops if id(op) not in dropped]
 
 
-def _pointwise(op: Op | None) -> Conv2d | None:
+def _pointwise(op: GraphOp | None) -> Conv2d | None:
     layer = op.layer if isinstance(op, LayerOp) else None
     if isinstance(layer, Conv2d) and layer.path == "pointwise" and layer.bias is not None:
         return layer
     return None
 
 
-def _is(op: Op | None, cls, fn: str | None = None) -> bool:
+def _is(op: GraphOp | None, cls, fn: str | None = None) -> bool:
     layer = op.layer if isinstance(op, LayerOp) else None
     return isinstance(layer, cls) and (fn is None or layer.fn == fn)
 
 
-def fuse_squeeze_excite(ops: list[Op], graph, dtype) -> list[Op]:
+def fuse_squeeze_excite(ops: list[GraphOp], graph, dtype) -> list[GraphOp]:
     """``graph``: the ``Graph`` the ops were built from (its node names are the ops' names)."""
     by_name = {op.name: op for op in ops}
     replace, dropped = {}, set()

@@ -22,13 +22,15 @@ dynamic dimension that the options do not fix is an error. Every tensor of the r
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
 from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
+from models.onnx.fuse_norm import fuse_group_norm
+from models.onnx.ir import Graph, Node, OnnxImportError, UnsupportedOpError, param_inputs
+from models.onnx.patterns import fuse_drop_path
 
 # Ops that become layers (or profile rows). SiLU and HardSwish also come from their Mul patterns.
 COMPUTE_OPS = frozenset({
@@ -41,65 +43,8 @@ CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 # Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
 DROP_PATH_OPS = frozenset({"RandomUniformLike", "Less", "Cast"})
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
-# Ops that only move data: no work in the profile.
-DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
 # Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
 RESHAPING = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
-
-
-class OnnxImportError(ValueError):
-    """Bad ONNX input, said in one line."""
-
-
-class UnsupportedOpError(OnnxImportError):
-    """A node whose op the importer does not know."""
-
-
-@dataclass(frozen=True)
-class Node:
-    """One op of the graph. ``inputs`` are the tensors it reads (data, then weights); constant
-    operands that some opsets pass as inputs (Clip's bounds, Squeeze/Unsqueeze/ReduceMean axes,
-    Dropout's ratio, Reshape's shape) are in ``attrs`` instead. ``op`` is the ONNX op type, or
-    ``SiLU`` for the fused ``Mul(x, Sigmoid(x))``."""
-
-    op: str
-    name: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    input_shapes: tuple[tuple[int, ...], ...]
-    output_shapes: tuple[tuple[int, ...], ...]
-    attrs: dict = field(default_factory=dict)
-
-
-@dataclass
-class Graph:
-    """A network read by ``load_graph``. ``initializers`` holds every constant a node reads (the file's
-    initializers and folded values) as numpy arrays; ``params`` names those that are trainable weights
-    (see ``param_inputs``), in first-use order."""
-
-    name: str
-    input: str
-    input_shape: tuple[int, int, int, int]  # N, C, H, W
-    outputs: tuple[str, ...]
-    output_shapes: tuple[tuple[int, ...], ...]
-    nodes: list[Node]
-    initializers: dict[str, np.ndarray]
-    params: list[str]
-    opset: int
-    shapes: dict[str, tuple[int, ...]]
-    origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
-
-
-def param_inputs(node: Node, constants) -> list[str]:
-    """The node's inputs that are trainable weights: Conv/Gemm/MatMul weights and biases, norm scales
-    and offsets (not batch norm's running statistics), and a non-scalar constant operand of an
-    element-wise Add/Sub/Mul/Div (a learned bias or scale); scalar constants are not parameters."""
-    if node.op in ("Conv", "Gemm", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
-                   "LayerNormalization"):
-        return [t for t in node.inputs[1:3] if t in constants]
-    if node.op in ("MatMul", "Add", "Sub", "Mul", "Div"):
-        return [t for t in node.inputs if t in constants and (node.op == "MatMul" or constants[t].size > 1)]
-    return []
 
 
 def read_model(source) -> onnx.ModelProto:
@@ -339,9 +284,6 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     model = _infer(model, where)
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
-    from models.onnx.fuse_norm import fuse_group_norm
-    from models.onnx.patterns import fuse_drop_path
-
     outs = {o.name for o in model.graph.output}
     nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
     nodes = fuse_drop_path(nodes, consts)
@@ -360,19 +302,3 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
                  consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)},
                  origins)
-
-
-NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
-EXPORT_FOR_TRAINING = ("torch.onnx.export(model.train(), ..., dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
-                       "do_constant_folding=False)")
-
-
-def folded_norm_warning(graph: "Graph", shown: str, what: str) -> str | None:
-    """The one warning for a graph without a normalisation node (prediction and training say the same):
-    None when it has one. ``what`` says what the missing norms change (``the prediction leaves out the
-    norms' cost``; ``it trains without normalisation``)."""
-    if any(n.op in NORM_OPS for n in graph.nodes):
-        return None
-    return (f"{shown}: the graph has no normalisation layer; if the exporter folded batch norm into the "
-            f"convolutions (an eval-mode export, or the dynamo exporter's optimiser), {what}: export with "
-            f"{EXPORT_FOR_TRAINING}")

@@ -9,7 +9,7 @@ so that an exported built-in network computes the built-in's bits. The graph is 
 split points) where exactly one tensor crosses, by the exporter's node name prefixes (``/layer1/...`` ->
 ``layer1``) or at named splits (``blocks.py``), so ``GraphModel`` is a ``models.model.Model`` like
 the built-in ones: ``params``, ``forward``/``backward``, ``forward_blocks``, ``state_dict``,
-``profile`` (the importer's ``OnnxNetwork`` rows) and ``blocks``.
+``profile`` (the importer's ``ProfiledGraph`` rows) and ``blocks``.
 
 Parameters are named by the file's initializers (torch's exporter: the module's parameter names; a weight the
 exporter reshapes, as a group norm's Unsqueeze, by the initializer it reshapes) and
@@ -35,12 +35,12 @@ from models.conv import Conv2d
 from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
-from models.norm import ACTS, BatchNorm2d, GroupNorm
+from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
-from models.onnx.graph import Graph, Node, OnnxImportError
-from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, Op, Unary, const_to_engine
-from models.onnx.profile import OnnxNetwork
+from models.onnx.ir import Graph, Node, OnnxImportError
+from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
+from models.onnx.profile import ProfiledGraph
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 
@@ -67,7 +67,7 @@ class GraphBlock(Layer):
 
     kind = "graph"
 
-    def __init__(self, name: str, ops: list[Op], input: str, output: str, dtype) -> None:
+    def __init__(self, name: str, ops: list[GraphOp], input: str, output: str, dtype) -> None:
         super().__init__(name, name, dtype)
         self.ops, self.input, self.output = ops, input, output
         self.need_dx = True
@@ -118,12 +118,12 @@ class GraphModel(Model):
         n, c, h, w = graph.input_shape
         super().__init__(graph.name, blocks, (h, w, c), rng, dtype)
         self.graph, self.sites = graph, sites
-        self._network = OnnxNetwork(graph, [b.ops[0].name for _, b in blocks])
+        self._network = ProfiledGraph(graph, [b.ops[0].name for _, b in blocks])
         self._rename = {b.ops[0].name: name for name, b in blocks}
         self._rename[graph.nodes[0].name] = blocks[0][0]
 
     def profile(self, batch_size: int):
-        """The importer's rows (``OnnxNetwork``), in this model's blocks."""
+        """The importer's rows (``ProfiledGraph``), in this model's blocks."""
         return [dataclasses.replace(r, block=self._rename.get(r.block, r.block))
                 for r in self._network.profile(batch_size)]
 
@@ -152,7 +152,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
     return GraphModel(graph, blocks, builder.sites, rng, dtype)
 
 
-def _live(ops: list[Op], output: str) -> list[Op]:
+def _live(ops: list[GraphOp], output: str) -> list[GraphOp]:
     """The ops the output depends on (unread side outputs dropped)."""
     need, keep = {output}, []
     for op in reversed(ops):
@@ -190,7 +190,7 @@ class _Builder:
         return p
 
     # -- nodes -------------------------------------------------------------------------------
-    def conv(self, n: Node) -> Op:
+    def conv(self, n: Node) -> GraphOp:
         a = n.attrs
         if any(d != 1 for d in a.get("dilations", [1, 1])) or len(n.input_shapes[0]) != 4:
             raise self.fail(n, "only 2-D convolutions without dilation")
@@ -217,7 +217,7 @@ class _Builder:
             layer.bias = self.param(n.inputs[2], self.const(n.inputs[2]), "bias")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
 
-    def dense(self, n: Node) -> Op:
+    def dense(self, n: Node) -> GraphOp:
         a = n.attrs
         x_shape = n.input_shapes[0]
         w = self.const(n.inputs[1])
@@ -242,7 +242,7 @@ class _Builder:
             layer.bias = self.param(bias, b, "bias")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
 
-    def batch_norm(self, n: Node) -> Op:
+    def batch_norm(self, n: Node) -> GraphOp:
         x_shape = n.input_shapes[0]
         consts = [self.const(t) for t in n.inputs[1:5]]
         if any(c is None for c in consts) or len(x_shape) not in (2, 4):
@@ -258,13 +258,13 @@ class _Builder:
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer, as_rank4=len(x_shape) == 2)
 
     def group_norm(self, n: Node, groups: int, scale: str, offset: str, inputs, output, c: int, to_onnx,
-                   offset_to_onnx=None) -> Op:
+                   offset_to_onnx=None) -> GraphOp:
         layer = GroupNorm(n.name, n.name, c, groups, n.attrs.get("epsilon", 1e-5), None, self.dtype)
         layer.weight = self.param(scale, self.const(scale).reshape(c), "norm_scale", to_onnx)
         layer.bias = self.param(offset, self.const(offset).reshape(c), "norm_offset", offset_to_onnx or to_onnx)
         return LayerOp(n.name, inputs, output, layer)
 
-    def max_pool(self, n: Node) -> Op:
+    def max_pool(self, n: Node) -> GraphOp:
         a = n.attrs
         k, s, p = a.get("kernel_shape", [1, 1]), a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])
         if len(set(k)) != 1 or len(set(s)) != 1 or len(set(p)) != 1 or a.get("ceil_mode", 0) \
@@ -272,12 +272,12 @@ class _Builder:
             raise self.fail(n, "max pooling with a square kernel, one stride, symmetric pads, floor mode")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], MaxPool2d(n.name, n.name, k[0], s[0], p[0], self.dtype))
 
-    def global_pool(self, n: Node) -> Op:
+    def global_pool(self, n: Node) -> GraphOp:
         out = n.output_shapes[0]
         view = None if len(out) == 2 else (1, 1, out[1])
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], GlobalAvgPool(n.name, n.name, self.dtype), view)
 
-    def binary(self, n: Node) -> Op:
+    def binary(self, n: Node) -> GraphOp:
         rank = len(n.output_shapes[0])
         operands = []
         for t in n.inputs:
@@ -294,7 +294,7 @@ class _Builder:
             raise self.fail(n, "two operands")
         return Binary(n.name, n.op, operands, n.outputs[0])
 
-    def move(self, n: Node) -> Op:
+    def move(self, n: Node) -> GraphOp:
         x, y = n.input_shapes[0], n.output_shapes[0]
         if n.op == "Transpose":
             perm = n.attrs.get("perm", list(range(len(x)))[::-1])
@@ -305,7 +305,7 @@ class _Builder:
             raise self.fail(n, f"reshaping {list(x)} to {list(y)} mixes the batch")
         return Move(n.name, n.inputs[:1], n.outputs[0], y[1:])
 
-    def node(self, n: Node) -> Op:
+    def node(self, n: Node) -> GraphOp:
         """The engine op of one node."""
         op = n.op
         if op == "Conv":
@@ -343,14 +343,14 @@ class _Builder:
             return self.group_norm_node(n)
         raise self.fail(n, "no layer of the engine does this op")
 
-    def instance_norm(self, n: Node) -> Op:
+    def instance_norm(self, n: Node) -> GraphOp:
         """Instance norm proper (a 4-D input): group norm with a group per channel."""
         x = n.input_shapes[0]
         if len(x) != 4 or self.const(n.inputs[1]) is None or self.const(n.inputs[2]) is None:
             raise self.fail(n, "instance norm of an image batch, with initializers for scale and offset")
         return self.group_norm(n, x[1], n.inputs[1], n.inputs[2], n.inputs[:1], n.outputs[0], x[1], lambda v: v)
 
-    def group_norm_node(self, n: Node) -> Op:
+    def group_norm_node(self, n: Node) -> GraphOp:
         """A ``GroupNormalization``: the graph's own, or torch's Reshape/InstanceNormalization/Reshape/Mul/Add
         export, which the importer fuses into one (``models.onnx.fuse_norm``)."""
         c = n.input_shapes[0][1]

@@ -50,7 +50,7 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return g.sum(axis=axes, keepdims=True) if axes else g
 
 
-class Op:
+class GraphOp:
     """One node. ``inputs``: the computed tensors it reads, in order; ``output``: the tensor it writes."""
 
     layer = None
@@ -68,7 +68,7 @@ class Op:
         raise NotImplementedError
 
 
-class LayerOp(Op):
+class LayerOp(GraphOp):
     """One engine layer. ``view``: the shape (batch first, ``None`` = the input's batch) that the
     layer's output is viewed as (GlobalAveragePool with keepdims: [N, C] -> [N, 1, 1, C]); ``as_rank4``:
     a rank-2 input [N, C] is viewed as [N, 1, 1, C] (BatchNormalization of a vector). Keeps the shapes."""
@@ -99,7 +99,7 @@ class LayerOp(Op):
         return [None if dx is None else dx.reshape(self.x_shape)]
 
 
-class Binary(Op):
+class Binary(GraphOp):
     """Add, Sub, Mul or Div with numpy broadcasting. An operand is a computed tensor, a trainable
     ``Param`` (a non-scalar constant) or a fixed constant, already in the engine's layout.
     Keeps both operands for Mul and Div."""
@@ -144,7 +144,7 @@ class Binary(Op):
         return out
 
 
-class Unary(Op):
+class Unary(GraphOp):
     """Clip, Tanh, HardSigmoid or HardSwish, element-wise. Keeps the input (and Tanh its output).
     Clip passes the gradient strictly inside (min, max), as torch's ReLU6/hardtanh."""
 
@@ -187,7 +187,7 @@ class Unary(Op):
         return [dy * (h + np.where(inside, self.alpha * x, 0.0))]
 
 
-class Move(Op):
+class Move(GraphOp):
     """Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity (and Dropout at ratio 0): data
     movement in ONNX's layout (a rank-4 tensor is transposed to NCHW first and back after), with the
     batch taken from the input (a batch size folded into a Reshape's shape does not stay fixed).
@@ -213,7 +213,7 @@ class Move(Op):
         return [from_onnx(do.reshape(self.xo_shape))]
 
 
-class Concat(Op):
+class Concat(GraphOp):
     """Concat along an ONNX axis (the channel axis of NCHW is NHWC's last). Keeps the inputs' sizes."""
 
     def __init__(self, name, inputs, output, axis: int, rank: int) -> None:
@@ -230,7 +230,7 @@ class Concat(Op):
         return [np.ascontiguousarray(g) for g in np.split(dy, cuts, axis=self.axis)]
 
 
-class DropPath(Op):
+class DropPath(GraphOp):
     """Stochastic depth (torch's ``StochasticDepth(p, "row")``, ``patterns.fuse_drop_path``): in training each
     sample is zeroed with probability ``p`` or scaled by 1/(1-p), with the engine's drop-connect factors
     (``models.pool.drop_path_scale``) from the model's generator, as ``models/mbconv.py`` draws them.

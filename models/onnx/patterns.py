@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.onnx.fold import decimal
-from models.onnx.graph import Node
+from models.onnx.ir import Node
 
 SE_GATES = ("Sigmoid", "HardSigmoid")
 SE_ACTS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "SiLU")

@@ -1,6 +1,6 @@
 """ONNX graph -> the ``LayerProfile`` rows of ``models/profile.py`` that the IPU memory and cost models read.
 
-``OnnxNetwork(graph).profile(batch_size)`` answers what ``Model.profile(batch_size)`` answers for a
+``ProfiledGraph(graph).profile(batch_size)`` answers what ``Model.profile(batch_size)`` answers for a
 built-in model, with the same counting rules per kind (a multiply-add is 2 FLOPs; backward counts
 twice the forward's multiply-adds for matrix layers):
 
@@ -49,7 +49,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.onnx.graph import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, load_graph, param_inputs
+from models.onnx.graph import load_graph
+from models.onnx.ir import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, param_inputs
 from models.onnx.patterns import squeeze_excite_chains
 from models.profile import ConvShape, LayerProfile
 
@@ -172,7 +173,7 @@ def _prefix(name: str) -> str:
     return head or name
 
 
-class OnnxNetwork:
+class ProfiledGraph:
     """A network read from ONNX, with the model contract the IPU side uses: ``name``, ``input_shape``
     (H, W, C), ``num_classes``, ``blocks()``, ``profile(batch_size)``."""
 
@@ -267,4 +268,4 @@ def onnx_profile(source, batch_size: int, image_size: int | tuple[int, int] | No
     images of ``image_size`` (where the graph does not fix it); raises ``OnnxImportError`` /
     ``UnsupportedOpError`` (ValueErrors with one-line messages) for bad input."""
     graph = load_graph(source, image_size=image_size, batch_size=batch_size)
-    return OnnxNetwork(graph, blocks, num_classes).profile(batch_size)
+    return ProfiledGraph(graph, blocks, num_classes).profile(batch_size)

@@ -1,1 +1,2 @@
-"""Tests of ``launch/`` (training, checkpoints, studies); ``train_runs`` runs the training command."""
+"""Tests of ``launch/``: the layering, the console scripts, the examples; one folder per command
+(``train/``, ``predict/``, ``study/``)."""

@@ -8,7 +8,7 @@ import numpy as np
 from models import build_model
 from tests.models.onnx_exports import training_export
 
-# the default job's network (launch/configs.yml: default) on the shipped 28 x 28 x 1, 10-class images
+# the default job's network (launch/train/configs.yml: default) on the shipped 28 x 28 x 1, 10-class images
 DEFAULT_OPTIONS = {"norm": "group", "dropout": 0.1, "drop_connect": 0.1}
 
 

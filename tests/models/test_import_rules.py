@@ -6,7 +6,7 @@ module of each package is read, subpackages included, and imports inside functio
 
 import pytest
 
-from tests.import_rules import PROJECT, offenders
+from tests.import_rules import PROJECT, import_cycles, offenders
 from tests.import_rules import under as _under
 
 
@@ -26,6 +26,28 @@ def test_kernels_import_no_layer():
 def test_onnx_importer_imports_no_kernels():
     """models.onnx (shared by prediction and training) reads layers and profiles, never kernels' internals."""
     assert offenders("models/onnx", lambda m: _under(m, "models.kernels")) == {}
+
+
+@pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])
+def test_only_models_onnx_imports_onnx(package):
+    """Reading, profiling, training and writing an ONNX graph is ``models/onnx/``'s: the rest takes its ``Graph``."""
+    found = offenders(package, lambda m: _under(m, "onnx"))
+    assert {f: m for f, m in found.items() if not f.startswith("models/onnx/")} == {}
+
+
+@pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])
+def test_no_import_circle(package):
+    """Within a package the imports form no circle, deferred imports inside functions included
+    (``models.onnx``: the graph's IR is ``ir.py``, which the fusions and the reader both import)."""
+    assert import_cycles(package) == []
+
+
+def test_the_circle_check_sees_a_deferred_circle(tmp_path):
+    package = tmp_path / "models" / "onnx"
+    package.mkdir(parents=True)
+    (package / "graph.py").write_text("def load():\n    from models.onnx.fuse import fuse\n")
+    (package / "fuse.py").write_text("from models.onnx.graph import Node\n")
+    assert import_cycles("models/onnx", tmp_path) == [["models.onnx.fuse", "models.onnx.graph"]]
 
 
 def test_jit_imports_none_of_the_project():

@@ -91,7 +91,7 @@ def test_lars_skips_the_biases_and_norm_parameters_found_in_an_efficientnet_grap
 
 
 def test_lars_skips_the_biases_and_norm_parameters_found_in_a_resnet_graph():
-    from tests.models.test_onnx_network import TinyResNet
+    from tests.models.torch_tiny_nets import TinyResNet
 
     torch.manual_seed(0)
     net = TinyResNet(5)

@@ -25,7 +25,7 @@ import pytest
 
 from ipu.cost.prediction import predict
 from ipu.plan import PRESETS, load_profile
-from launch.onnx_source import open_onnx
+from launch.train.onnx_source import open_onnx
 from models import build_model
 from tests.models.onnx_exports import training_export
 

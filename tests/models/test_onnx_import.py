@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from models.onnx import OnnxImportError, OnnxNetwork, UnsupportedOpError, load_graph, onnx_profile
+from models.onnx import OnnxImportError, ProfiledGraph, UnsupportedOpError, load_graph, onnx_profile
 
 RNG = np.random.default_rng(0)
 
@@ -126,11 +126,11 @@ def test_resnet_style_profile_exact_counts():
         + 8 * (e["stem"] + 2 * e["l1"] + 3 * e["l2"]) + 4 * (e["stem"] + e["l1"] + e["l2"])  # ReLU after add: 1
     assert sum(r.flops_fwd for r in rows) == expected == 3369720
     assert [r.block for r in rows if r.kind != "loss"][:4] == ["stem"] * 4
-    assert OnnxNetwork(load_graph(model, batch_size=2)).blocks() == ["stem", "layer1", "layer2", "head", "fc"]
+    assert ProfiledGraph(load_graph(model, batch_size=2)).blocks() == ["stem", "layer1", "layer2", "head", "fc"]
 
 
 def test_rows_scale_with_the_batch():
-    net = OnnxNetwork(load_graph(resnet_style(), batch_size=1))
+    net = ProfiledGraph(load_graph(resnet_style(), batch_size=1))
     one, four = net.profile(1), net.profile(4)
     assert [4 * r.flops_fwd for r in one] == [r.flops_fwd for r in four]
     assert [r.params for r in one] == [r.params for r in four]
@@ -167,7 +167,7 @@ def test_silu_pattern_is_one_activation():
     assert [n.op for n in graph.nodes] == ["Conv", "SiLU", "GlobalAveragePool", "Flatten", "Gemm"]
     silu = graph.nodes[1]
     assert silu.inputs == ("stem.conv",) and silu.outputs == ("stem.silu",)
-    row = next(r for r in OnnxNetwork(graph).profile(1) if r.name == "stem.silu")
+    row = next(r for r in ProfiledGraph(graph).profile(1) if r.name == "stem.silu")
     assert (row.kind, row.flops_fwd, row.saved_elems) == ("act", 4 * 512, 512)
 
 
@@ -236,15 +236,15 @@ def test_clip_bounds_as_attributes_at_an_old_opset():
 
 
 def test_named_split_nodes_start_blocks():
-    net = OnnxNetwork(load_graph(resnet_style(), batch_size=1), blocks=["stem.conv", "layer2.conv1", "fc.gemm"])
+    net = ProfiledGraph(load_graph(resnet_style(), batch_size=1), blocks=["stem.conv", "layer2.conv1", "fc.gemm"])
     assert net.blocks() == ["stem.conv", "layer2.conv1", "fc.gemm"]
     with pytest.raises(OnnxImportError, match="not nodes of the graph"):
-        OnnxNetwork(load_graph(resnet_style(), batch_size=1), blocks=["nope"])
+        ProfiledGraph(load_graph(resnet_style(), batch_size=1), blocks=["nope"])
 
 
 @pytest.mark.torch
 def test_legacy_torch_export_of_the_builtin_resnet_matches_its_profile():
-    """torch's TorchScript exporter (``dynamo=False``; the dynamo exporter is tested in tests/launch/test_predict_onnx.py) of
+    """torch's TorchScript exporter (``dynamo=False``; the dynamo exporter is tested in tests/launch/predict/test_onnx.py) of
     the torchvision-layout ResNet-18 oracle, BN kept (training mode): the same rows, parameters, FLOPs and
     activations as the built-in model (row order differs only where torch runs the shortcut first)."""
     import torch
@@ -255,7 +255,7 @@ def test_legacy_torch_export_of_the_builtin_resnet_matches_its_profile():
 
     ref = ResNetRef("resnet18", num_classes=10, width=8)
     graph = training_export(ref, torch.randn(2, 3, 32, 32), input_name="x", dynamic={0: "batch"})
-    net = OnnxNetwork(load_graph(onnx.load_from_string(graph), batch_size=4))
+    net = ProfiledGraph(load_graph(onnx.load_from_string(graph), batch_size=4))
     rows, builtin = net.profile(4), build_model("resnet18", 10, width=8, resolution=32).profile(4)
     assert net.blocks() == ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]
     assert sorted(r.kind for r in rows) == sorted(r.kind for r in builtin)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch import checkpoint as ckpt
+from launch.train import checkpoint as ckpt
 from tests.slurm.slurm_cluster import SlurmCluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ script's ``--resume auto`` continues the run. Every wait is on an event (``Slurm
 
 from __future__ import annotations
 
-from launch import checkpoint as ckpt
+from launch.train import checkpoint as ckpt
 from tests.slurm.events import wait_for_exits
 from tests.slurm.slurm_cluster import leftover_processes
 from tests.slurm.slurm_jobs import DENSE, ROOT, TWO_TASKS, assert_same_run, finish, job_state, records, submit

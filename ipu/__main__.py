@@ -1,3 +1,0 @@
-from ipu.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from launch.predict.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from launch.train.cli import main
+
+sys.exit(main())

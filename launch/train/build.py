@@ -1,0 +1,328 @@
+"""Turn a distributed ``TrainConfig`` into the objects of a run: data, model, IPU plan, optimizer, engine.
+
+One function per object; :func:`build_training` wires them into a :class:`Training`, after the
+compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, compiled by
+``ipu.compile.compile_device`` before any step and any collective, so that every instance reaches
+the same verdict). What a checkpoint holds of a run is ``launch.train.checkpoint``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.augment import AugmentConfig
+from data.dataset import Dataset, open_dataset
+from data.loader import Loader, evaluation_loader
+from data.sources import dataset_path
+from data.split import Subset, open_split
+from ipu.compile import CompiledIpu, compile_device
+from ipu.io_tiles import IoTilePlan, plan_io_tiles
+from ipu.plan import IpuPlan, Workload, optimizer_state
+from ipu.precision import get_precision
+from ipu.runtime.emulation import PrecisionEmulation
+from ipu.runtime.engine import Engine
+from ipu.runtime.replica import DeviceOps, make_replicas
+from ipu.runtime.streams import batch_spec, host_batches_ahead
+from ipu.specs import get_chip
+from launch.train.config import TrainConfig
+from launch.train.preemption import STOP_SIGNALS
+from models import build_model
+from models.optim import make_optimizer
+from models.optim.ema import ExponentialMovingAverage
+from models.optim.loss_scaling import LossScaler
+from models.optim.schedules import Schedule, make_schedule
+from poprun_py.env import INSTANCE_INDEX
+from poprun_py.systems import smallest_system_for
+from poprun_py.topology import InstanceInfo
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Training:
+    cfg: TrainConfig
+    train_set: Dataset
+    loader: Loader
+    eval_loader: Loader | None
+    model: Any
+    schedule: Schedule
+    engine: Engine
+    total_steps: int
+    placement: InstanceInfo  # this instance's replicas, from the launcher (launch.train.distribute.placement)
+    compiled: CompiledIpu | None = None
+    run_id: str = ""  # the run this instance takes part in (launch.train.run_dir), recorded in each checkpoint
+    saved_step: int = -1  # the update of this run's newest checkpoint (written or resumed from); -1: none
+    test_loader: Loader | None = None  # run.evaluate_test: the test split, evaluated once at the end
+    cpu_before: float = 0.0  # CPU seconds (all instances) of the earlier parts of a resumed run, from its checkpoint
+    cpu_origin: float = field(default_factory=time.process_time)  # this process's CPU clock when this part began
+
+    @property
+    def instance_index(self) -> int:
+        return self.placement.index
+
+    @property
+    def lead(self) -> bool:
+        """Instance 0: it writes the metrics, checkpoints and plots and shows the progress bar."""
+        return self.placement.index == 0
+
+
+def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset | Subset, Loader, Loader | None, Loader | None]:
+    """The training loader, the validation loader (``run.evaluate``) and the test loader (``run.evaluate_test``):
+    the splits of ``data.split.open_split``, carved from the training images when ``data.validation_fraction`` > 0."""
+    d = replace(cfg.data, path=dataset_path(cfg.data.path))
+    if placement.num_total_replicas != d.replicas:
+        raise ValueError(f"the placement runs {placement.num_total_replicas} replicas but data.replicas is "
+                         f"{d.replicas}: build the placement with launch.train.distribute.placement(distribute(cfg, dist), dist)")
+    if cfg.run.evaluate_test and not d.validation_fraction:
+        raise ValueError("run.evaluate_test=true needs data.validation_fraction > 0: without a validation split carved from "
+                         "the training images the file's held-out split is the validation split, not a test split")
+    train_set = open_split(d.path, "train", d.validation_fraction, d.split_seed)
+    augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
+    loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
+                    augment=augment, prefetch_batches=host_batches_ahead(cfg.ipu.prefetch_micro_batches, d.grad_accum), cache=d.cache)
+    spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
+    held_out = []
+    for split, wanted in (("validation", cfg.run.evaluate), ("test", cfg.run.evaluate_test)):
+        held_out.append(evaluation_loader(open_split(d.path, split, d.validation_fraction, d.split_seed), spec,
+                                          prefetch_batches=cfg.ipu.prefetch_micro_batches, cache=d.cache) if wanted else None)
+    return train_set, loader, held_out[0], held_out[1]
+
+
+def onnx_graph(cfg: TrainConfig, info):
+    """The graph of ``model.onnx`` at the dataset's image size and the micro-batch, checked against the
+    dataset (channels, classes): one ``ValueError`` line that names the key and the fix."""
+    from models.onnx import load_graph
+
+    h, w, c = info.image_shape
+    graph = load_graph(cfg.model.onnx, image_size=(h, w), batch_size=cfg.data.micro_batch)
+    if graph.input_shape[1] != c:
+        raise ValueError(f"model.onnx={cfg.model.onnx}: the graph reads {graph.input_shape[1]} channels, "
+                         f"the dataset's images ({cfg.data.path}) have {c}: export the network for {c}-channel input")
+    classes = graph.output_shapes[0][-1] if graph.output_shapes else None
+    if cfg.model.num_classes is None and classes != info.num_classes:
+        raise ValueError(f"model.onnx={cfg.model.onnx}: the classifier has {classes} classes, the dataset "
+                         f"({cfg.data.path}) {info.num_classes}; set model.num_classes={info.num_classes} to replace it")
+    if cfg.model.num_classes is not None and cfg.model.num_classes != info.num_classes:
+        raise ValueError(f"model.num_classes={cfg.model.num_classes} but the dataset ({cfg.data.path}) has "
+                         f"{info.num_classes}: set model.num_classes={info.num_classes}")
+    return graph
+
+
+def check_model(cfg: TrainConfig) -> None:
+    """Check ``model.onnx`` against the dataset before anything is written (the run directory included):
+    the file is there, the graph loads (every op supported), its input and classifier fit the dataset's
+    images and classes. Nothing for a built-in model (``build_model`` takes the dataset's shape)."""
+    if not cfg.model.onnx:
+        return
+    if not os.path.isfile(cfg.model.onnx):
+        raise ValueError(f"model.onnx={cfg.model.onnx}: no such file (from {Path.cwd()}): give the path of an .onnx file")
+    from models.onnx import folded_norm_warning
+
+    train_set = open_dataset(dataset_path(cfg.data.path), "train")
+    try:
+        graph = onnx_graph(cfg, train_set.info)
+    finally:
+        train_set.close()
+    warning = folded_norm_warning(graph, f"model.onnx={cfg.model.onnx}", "it trains without normalisation")
+    if warning and int(os.environ.get(INSTANCE_INDEX, "0") or 0) == 0:  # once per job
+        logger.warning(warning)
+
+
+def build_net(cfg: TrainConfig, info) -> Any:
+    """The model for the dataset's image shape and classes (options may override resolution)."""
+    h, w, c = info.image_shape
+    if cfg.model.onnx:
+        from models.onnx.network import graph_model
+        return graph_model(onnx_graph(cfg, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes,
+                           splits=cfg.ipu.pipeline_splits, shown=f"model.onnx={cfg.model.onnx}")
+    options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
+    return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
+
+
+def onnx_model_label(cfg: TrainConfig) -> str:
+    """The plan's model name for ``model.onnx``: ``poprun-ipu predict --onnx``'s (``launch.train.onnx_source``)."""
+    return f"onnx:{Path(cfg.model.onnx).expanduser().resolve().name}"
+
+
+def graph_workload(cfg: TrainConfig, model) -> Workload | None:
+    """The cost model's activation and norm for the graph model of ``model.onnx``, which its profile rows
+    do not say (what ``poprun-ipu predict --onnx`` puts in the plan for the same file); None for a
+    built-in model."""
+    if not cfg.model.onnx:
+        return None
+    from launch.train.onnx_source import workload_of
+
+    return workload_of(model.graph)
+
+
+def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int,
+             workload: Workload | None = None) -> IpuPlan:
+    """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, which
+    :func:`launch.train.distribute.distribute` sets to the launcher's ``--system``, or the smallest that holds
+    every replica's IPUs); ``workload``: a graph model's (:func:`graph_workload`). Raises ``ValueError``
+    when no IPU-POD could run this shape."""
+    ipu = cfg.ipu
+    system = ipu.system or smallest_system_for(cfg.data.replicas * ipu.ipus_per_replica).name
+    options = cfg.model.kwargs
+    size = int(options.pop("resolution", image_shape[0]))
+    options.setdefault("in_channels", image_shape[2])
+    recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
+    model, overrides, extra = cfg.model.name, tuple(sorted(options.items())), {}
+    if cfg.model.onnx:  # the graph's own rows and workload (graph_workload), as poprun-ipu predict --onnx
+        model, overrides, size, extra = onnx_model_label(cfg), (), image_shape[0], {"image_channels": image_shape[2]}
+    return IpuPlan(model=model, model_overrides=overrides, image_size=size, **extra,
+                   num_classes=num_classes, micro_batch=cfg.data.micro_batch,
+                   gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
+                   ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
+                   schedule=ipu.pipeline_schedule, precision=ipu.precision, recompute=recompute,
+                   available_memory_proportion=ipu.available_memory_proportion, num_io_tiles=ipu.num_io_tiles,
+                   prefetch_micro_batches=ipu.prefetch_micro_batches, eight_bit_io=True,
+                   optimizer=optimizer_state(cfg.optim.name, cfg.optim.momentum),
+                   system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,
+                   dataset_images=dataset_images, epochs=cfg.run.epochs, workload=workload)
+
+
+# what a run that does not fit can change, after Poplar's words
+OOM_FIELDS = ("Config fields: data.micro_batch, ipu.ipus_per_replica with ipu.pipeline_splits, ipu.recompute "
+              "(pipelined replicas only), ipu.available_memory_proportion, ipu.precision, ipu.num_io_tiles, "
+              "ipu.pipeline_schedule, ipu.chip")
+
+
+def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
+    """The compile step, before any step and any collective: the same verdict on every instance.
+
+    Places the run's replica on its IPUs (``ipu.compile.compile_device``), logs the memory report (and writes
+    ``memory.png`` on instance 0 when ``run.plots``), plans the IO tiles, and raises
+    ``IpuOutOfMemoryError`` in Poplar's words when a tile does not fit. With ``ipu.check_fit: false``
+    only the plan (when an IPU-POD can run it) and the IO tiles, and the log says why there is no fit check.
+    The run's POD prediction (``launch.train.loop``) is this plan's.
+    """
+    ipu = cfg.ipu
+    workload = graph_workload(cfg, model)
+    if not ipu.check_fit:
+        plan = None
+        try:
+            plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
+            why = ""
+        except ValueError as err:
+            why = f" (and no IPU-POD could run this shape: {err})"
+        logger.info("No memory fit check: ipu.check_fit is false%s.", why)
+        h, w, c = info.image_shape
+        io = plan_io_tiles(get_chip(ipu.chip), ipu.num_io_tiles, cfg.data.micro_batch * h * w * c,
+                           ipu.prefetch_micro_batches, ipu.ipus_per_replica, ipu.pipeline_schedule)
+        _log_io_tiles(io, ipu.prefetch_micro_batches)
+        return CompiledIpu(plan, None, io)
+    try:
+        plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples, workload)
+    except ValueError as err:
+        raise ValueError(f"cannot compile this run for an IPU-POD: {err}; change the shape, or pass "
+                         "--set ipu.check_fit=false for a CPU-only experiment (no memory fit check)") from err
+    plot_path = None
+    if lead and cfg.run.plots:
+        run_dir = Path(cfg.run.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        plot_path = run_dir / "memory.png"
+    compiled = compile_device(plan, model.profile(cfg.data.micro_batch), plot_path=plot_path, fields=OOM_FIELDS)
+    _log_io_tiles(compiled.io, ipu.prefetch_micro_batches)
+    return compiled
+
+
+def _log_io_tiles(io: IoTilePlan, prefetch_micro_batches: int) -> None:
+    if not io.num_io_tiles:
+        here = (f"the loader's thread keeps {prefetch_micro_batches} micro-batch(es) per replica ready (ipu.prefetch_micro_batches)"
+                if prefetch_micro_batches else "the training thread builds each batch when it needs it (ipu.prefetch_micro_batches=0)")
+        logger.info("No IO tiles (ipu.num_io_tiles=0): host transfer does not overlap compute on an IPU; here %s.", here)
+        return
+    logger.info("IO tiles: %d per IPU (%d left for compute) hold %d prefetched micro-batch(es), %d of %d bytes; "
+                "host transfer %s compute.", io.num_io_tiles, io.compute_tiles, prefetch_micro_batches, io.io_bytes,
+                io.io_budget_bytes, "overlaps" if io.overlap else "does NOT overlap")
+
+
+def emulates_half(cfg: TrainConfig) -> bool:
+    """The run rounds its compute to float16: ``ipu.emulate_precision`` with 16.32 or 16.16."""
+    return cfg.ipu.emulate_precision and get_precision(cfg.ipu.precision).half_compute
+
+
+def build_replicas(cfg: TrainConfig, model, info, replicas: range) -> list:
+    """This instance's replicas (global indices ``replicas``: the placement's)."""
+    device = DeviceOps(mean=tuple(info.mean), std=tuple(info.std), seed=cfg.run.seed,
+                       mixup_alpha=cfg.data.mixup_alpha, cutmix_lambda=cfg.data.cutmix_lambda,
+                       label_smoothing=cfg.model.label_smoothing)
+    ipu = cfg.ipu
+    if ipu.ipus_per_replica > 1 and not ipu.pipeline_splits:
+        raise ValueError(f"ipu.ipus_per_replica={ipu.ipus_per_replica} needs ipu.pipeline_splits "
+                         f"(block names from {model.blocks()[1:]})")
+    splits = ipu.pipeline_splits if ipu.ipus_per_replica > 1 else ()
+    return make_replicas(model, device, replicas, splits, ipu.pipeline_schedule, ipu.recompute,
+                         half=emulates_half(cfg))
+
+
+def build_emulation(cfg: TrainConfig, params, optimizer) -> PrecisionEmulation | None:
+    """The engine's float16 emulation, or None (float32 throughout: 32.32 or emulation off)."""
+    if not emulates_half(cfg):
+        return None
+    logger.info("Emulating precision %s: input, weights and gradient partials rounded to float16%s.",
+                cfg.ipu.precision, "; weights and optimizer state stored in float16 (weight updates "
+                + ("stochastically rounded)" if cfg.ipu.stochastic_rounding else "rounded to nearest)")
+                if get_precision(cfg.ipu.precision).weight_bytes == 2 else "; float32 master weights")
+    return PrecisionEmulation(cfg.ipu.precision, params, optimizer, seed=cfg.run.seed,
+                              stochastic_rounding=cfg.ipu.stochastic_rounding)
+
+
+def schedule_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The run's length in weight updates, ``run.epochs`` of them: what the learning-rate schedule spans."""
+    return max(int(cfg.run.epochs * steps_per_epoch), 1)
+
+
+def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The update this run stops after: the schedule's end, or ``run.max_steps`` if that comes first
+    (a stop, which leaves the schedule as ``run.epochs`` define it)."""
+    steps = schedule_steps(cfg, steps_per_epoch)
+    return min(steps, cfg.run.max_steps) if cfg.run.max_steps else steps
+
+
+def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
+    """Every object of a run on this instance, from the config and the instance's placement."""
+    train_set, loader, eval_loader, test_loader = build_loaders(cfg, placement)
+    model = build_net(cfg, train_set.info)
+    compiled = compile_ipu(cfg, model, train_set.info, lead=placement.index == 0)
+    params = model.params()
+    optimizer = make_optimizer(cfg.optim, params)
+    steps = total_steps(cfg, loader.steps_per_epoch)
+    schedule = make_schedule(cfg.schedule.resolve(cfg.global_batch), loader.steps_per_epoch,
+                             schedule_steps(cfg, loader.steps_per_epoch))
+    replicas = build_replicas(cfg, model, train_set.info, placement.replicas)
+    engine = Engine(model, optimizer, schedule, comm, replicas, grad_accum=cfg.data.grad_accum,
+                    total_replicas=placement.num_total_replicas, scaler=LossScaler(cfg.loss_scaling),
+                    ema_every_step=cfg.ema.every == "step", checksum_every=cfg.run.checksum_every,
+                    grad_dtype=np.dtype(cfg.run.gradient_dtype),
+                    emulation=build_emulation(cfg, params, optimizer), num_flags=len(STOP_SIGNALS))
+    engine.broadcast_initial_state()
+    if cfg.ema.decay > 0.0:  # the average starts from the broadcast weights
+        engine.ema = ExponentialMovingAverage(params, cfg.ema.decay, dtype=np.float64 if cfg.ema.float64 else None,
+                                              use_num_updates=cfg.ema.use_num_updates)
+    if cfg.run.update_stats_every:
+        from models.optim.probe import UpdateProbe
+
+        engine.probe = UpdateProbe(params, cfg.run.update_stats_every, lars_eta=getattr(optimizer, "lars_eta", 0.0),
+                                   weight_decay=cfg.optim.weight_decay, eps=cfg.optim.lars_epsilon)
+    return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled,
+                    test_loader=test_loader)
+
+
+def save_trained_onnx(t: Training) -> None:
+    """With ``model.onnx``: ``run_dir/model.onnx``, the graph with the trained weights (``models.onnx.export``)."""
+    if t.cfg.model.onnx:
+        from models.onnx.export import write_trained_onnx
+
+        first = t.engine.replicas[0]  # global replica 0 (instance 0): its batch-norm statistics
+        assert first.index == 0, "run_dir/model.onnx is written by the instance of replica 0"
+        write_trained_onnx(t.model, t.cfg.model.onnx, t.cfg.run.run_dir, first.state_dict(),
+                           t.cfg.model.num_classes)

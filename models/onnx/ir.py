@@ -1,0 +1,90 @@
+"""The graph's IR: what ``graph.load_graph`` makes of an ONNX file and every other module of
+``models.onnx`` reads (the profile, the blocks, the trainable network, the fusions). Plain data and
+numpy: no ``onnx``, nothing else of the package.
+
+* :class:`Node`: one op with its tensors' static shapes and its attributes as plain Python;
+* :class:`Graph`: the nodes in topological order, the constants as numpy arrays, the trainable weights;
+* :class:`OnnxImportError` (a ``ValueError`` said in one line) and :class:`UnsupportedOpError`;
+* the op families the readers share (:data:`NORM_OPS`, :data:`DATA_MOVEMENT`), :func:`param_inputs` and
+  :func:`folded_norm_warning`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
+# Ops that only move data: no work in the profile.
+DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+
+
+class OnnxImportError(ValueError):
+    """Bad ONNX input, said in one line."""
+
+
+class UnsupportedOpError(OnnxImportError):
+    """A node whose op the importer does not know."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of the graph. ``inputs`` are the tensors it reads (data, then weights); constant
+    operands that some opsets pass as inputs (Clip's bounds, Squeeze/Unsqueeze/ReduceMean axes,
+    Dropout's ratio, Reshape's shape) are in ``attrs`` instead. ``op`` is the ONNX op type, or
+    ``SiLU`` for the fused ``Mul(x, Sigmoid(x))``."""
+
+    op: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Graph:
+    """A network read by ``load_graph``. ``initializers`` holds every constant a node reads (the file's
+    initializers and folded values) as numpy arrays; ``params`` names those that are trainable weights
+    (see ``param_inputs``), in first-use order."""
+
+    name: str
+    input: str
+    input_shape: tuple[int, int, int, int]  # N, C, H, W
+    outputs: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray]
+    params: list[str]
+    opset: int
+    shapes: dict[str, tuple[int, ...]]
+    origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
+
+
+def param_inputs(node: Node, constants) -> list[str]:
+    """The node's inputs that are trainable weights: Conv/Gemm/MatMul weights and biases, norm scales
+    and offsets (not batch norm's running statistics), and a non-scalar constant operand of an
+    element-wise Add/Sub/Mul/Div (a learned bias or scale); scalar constants are not parameters."""
+    if node.op in ("Conv", "Gemm", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
+                   "LayerNormalization"):
+        return [t for t in node.inputs[1:3] if t in constants]
+    if node.op in ("MatMul", "Add", "Sub", "Mul", "Div"):
+        return [t for t in node.inputs if t in constants and (node.op == "MatMul" or constants[t].size > 1)]
+    return []
+
+
+EXPORT_FOR_TRAINING = ("torch.onnx.export(model.train(), ..., dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
+                       "do_constant_folding=False)")
+
+
+def folded_norm_warning(graph: Graph, shown: str, what: str) -> str | None:
+    """The one warning for a graph without a normalisation node (prediction and training say the same):
+    None when it has one. ``what`` says what the missing norms change (``the prediction leaves out the
+    norms' cost``; ``it trains without normalisation``)."""
+    if any(n.op in NORM_OPS for n in graph.nodes):
+        return None
+    return (f"{shown}: the graph has no normalisation layer; if the exporter folded batch norm into the "
+            f"convolutions (an eval-mode export, or the dynamo exporter's optimiser), {what}: export with "
+            f"{EXPORT_FOR_TRAINING}")

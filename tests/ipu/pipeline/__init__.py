@@ -1,0 +1,1 @@
+"""Tests of ``ipu/pipeline/``: stage splits, schedules, their timeline and execution."""

@@ -1,0 +1,1 @@
+"""Tests of ``launch/predict/``: ``poprun-ipu`` on presets, configurations, sweeps and ONNX files."""

@@ -1,0 +1,1 @@
+"""Tests of ``launch/study/``: study grids, statistics, claims and the study command."""
