@@ -78,7 +78,8 @@ def shortened(command: str) -> str:
 
 
 def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "SLURM_")) or k == "POPRUN_WISDOM"}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("PYTHONPATH", None)  # the installed packages, not the checkout on the path
     return env

@@ -20,6 +20,7 @@ from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
 from launch.train.build import Training, save_trained_onnx
 from launch.train.instruments import finish_records, run_cpu_seconds, write_update_stats
+from launch.train.kernel_record import gather_kernel_record
 from launch.train.preemption import StopRequest
 from launch.train.report import MetricsLog, plot_metrics, predicted_pod, run_end_text
 from launch.train.thread_report import gather_thread_report, oversubscribed_hosts
@@ -230,6 +231,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
     pod = predicted_pod(plan, t.compiled.profile or t.model.profile(cfg.data.micro_batch)) \
         if t.lead and plan is not None else None
     threads = gather_thread_report(t.engine.comm)  # collective
+    kernels = gather_kernel_record(t.engine.comm)  # collective
     held_out = finish_records(t, log)  # collective: the test split
     phases = e.phase_seconds().seconds
     # collective: each instance's model and all-reduce seconds (the one that waits least is the slowest)
@@ -246,7 +248,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
                "val_loss": val[0], "val_accuracy": val[1], **held_out, "wall_s": seconds, "cpu_images_per_s": cpu,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
-               "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads,
+               "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads, "kernel_wisdom": kernels,
                "instance_model_s": per_instance[:, 0].tolist(), "instance_all_reduce_s": per_instance[:, 1].tolist(),
                "instance_update_s": per_instance[:, 2].tolist(), **_time_shares(e, loop),
                **critical_path(*(per_instance[:, i].tolist() for i in range(3)))}

@@ -180,7 +180,7 @@ __all__ = ["MetricsLog", "plot_metrics", "predicted_pod", "predicted_pod_images_
 def run_end_text(summary: dict[str, Any], threads, num_instances: int) -> str:
     """The lines a run ends with: the summary table, the threads, the throughput (CPU and the POD
     prediction), where the update time went, and, with several instances, the one the others wait for."""
-    own_lines = ("instance_", "critical_")  # per-instance lists and the critical path: lines of their own
+    own_lines = ("instance_", "critical_", "kernel_")  # per-instance lists, the critical path, kernel choices
     lines = [summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith(own_lines)}),
              f"Threads: {describe_threads(threads)}",
              f"CPU-emulated throughput: {summary['cpu_images_per_s']:,.1f} images/s; predicted on "

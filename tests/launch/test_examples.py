@@ -15,7 +15,8 @@ SHORT = ["--calls", "2", "--steps-per-call", "2"]
 
 
 def poprun(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_")) or k == "POPRUN_WISDOM"}
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "poprun_py", *args], cwd=ROOT, env=env, capture_output=True,

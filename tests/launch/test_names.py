@@ -27,7 +27,8 @@ def foreign_dir(tmp_path) -> Path:
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_")) or k == "POPRUN_WISDOM"}
     env.pop("PYTHONPATH", None)  # only the installed distribution
     env.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def job_env(slurm: SlurmCluster, **extra: str) -> dict[str, str]:
     """What a job submitted by a test sees: this venv first on PATH, one thread per kernel."""
-    env = {k: v for k, v in slurm.env().items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "PMIX_"))}
+    env = {k: v for k, v in slurm.env().items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_", "OMPI_", "PMIX_")) or k == "POPRUN_WISDOM"}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.update(extra)

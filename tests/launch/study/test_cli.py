@@ -188,7 +188,8 @@ def test_study_under_the_launcher_matches_one_process(tmp_path):
     studies = _tiny_studies(tmp_path, {"sgd": {"set": {"optim.name": "sgd"}, "lr": 0.1}})
     alone, launched = tmp_path / "alone", tmp_path / "launched"
     assert main(["t", "--studies", str(studies), "--out", str(alone)]) == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_")) or k == "POPRUN_WISDOM"}
     env.update(PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "poprun_py", "--num-instances", "2", "--num-replicas", "2",
                            sys.executable, "-m", "launch.study", "t", "--studies", str(studies), "--out",

@@ -22,7 +22,8 @@ DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", 
 
 
 def env(**extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    out = {k: v for k, v in os.environ.items()
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_")) or k == "POPRUN_WISDOM"}
     out.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", PYTHONPATH=str(ROOT), **extra)
     return out
 

@@ -77,6 +77,25 @@ def test_one_instance_with_two_threads_trains_bitwise_like_two_with_one(tmp_path
             np.testing.assert_array_equal(states[1][key], states[0][key], err_msg=key)
 
 
+def test_measured_kernel_choices_are_shared_by_the_instances_and_kept_for_later_runs(tmp_path):
+    """With kernel wisdom on: 2 x 2 started first measures every shape (both instances at once, under the
+    file's lock), 1 x 4 then reads the choices; the weights agree bitwise and the record names the choices."""
+    args = [*TOPOLOGY, "--set", "run.max_steps=4", "--set", "data.augment=false"]
+    states, records = [], []
+    for instances in (2, 1):
+        run_dir = tmp_path / f"{instances}x{4 // instances}"
+        ok(train(args, run_dir, instances=instances, POPRUN_WISDOM=str(tmp_path / "wisdom.json")))
+        states.append(final_state(run_dir, 4))
+        records.append(json.loads((run_dir / "summary.json").read_text())["kernel_wisdom"])
+    assert records[0]["choices"] and records[0]["choices"] == records[1]["choices"]
+    assert records[0]["instances_agree"] and records[0]["file"] == str(tmp_path / "wisdom.json")
+    machines = json.loads((tmp_path / "wisdom.json").read_text())["machines"]
+    assert set(machines[records[0]["machine"]]) == set(records[0]["choices"])
+    for key in states[0]:
+        if key.startswith(("model/", "optim/")):
+            np.testing.assert_array_equal(states[1][key], states[0][key], err_msg=key)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("uninterrupted")

@@ -23,21 +23,23 @@ DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", 
 
 
 def env(**extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("POPDIST_", "POPRUN_", "PMI_"))}
+    out = {k: v for k, v in os.environ.items()  # (POPRUN_WISDOM as the tests set it: off, the shape rules)
+           if not k.startswith(("POPDIST_", "POPRUN_", "PMI_")) or k == "POPRUN_WISDOM"}
     out.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT), **extra)
     return out
 
 
 def train(args: list[str], run_dir: Path, instances: int = 0, replicas: int = 4, launcher: list[str] = (),
-          fault: str = ""):
-    """``fault``: a ``POPRUN_FAULT`` for this run (it fires in the first attempt only)."""
+          fault: str = "", **variables: str):
+    """``fault``: a ``POPRUN_FAULT`` for this run (it fires in the first attempt only); ``variables``:
+    more environment variables."""
     cmd = [sys.executable, "-m", "launch.train", *args, "--set", f"run.run_dir={run_dir}"]
     if instances:
         cmd = [sys.executable, "-m", "poprun_py", "--num-instances", str(instances), "--num-replicas", str(replicas),
                *launcher, *cmd]
     extra = {"POPRUN_FAULT": fault} if fault else {}
-    return subprocess.run(cmd, cwd=ROOT, env=env(**extra), capture_output=True, text=True, timeout=240)
+    return subprocess.run(cmd, cwd=ROOT, env=env(**extra, **variables), capture_output=True, text=True, timeout=240)
 
 
 # Instance 0 dies by SIGKILL, as in a crash, right after weight update 46 (the update after checkpoint 45);
