@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import report
+from launch.train import report
 from launch.train.config import load_config
 from launch.train.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 
