@@ -119,7 +119,7 @@ def catalogue():
     out = []
     for vec in (16, 8):
         out.append((f"pointwise.matmul {P.tiles()[vec][0]}x{vec}", compiled(P._make_matmul(vec, P.tiles()[vec][0])),
-                    (a2, a2, a2, i64), True))
+                    (a2, a2, a2, i64, i64), True))
         tile = P.tiles()[vec][0]
         out.append((f"pointwise.weight_grad {tile}x{vec}", compiled(P._make_weight_grad(vec, tile)),
                     (a2, a2, arr(f32, 3)), True))

@@ -114,49 +114,72 @@ def grad_tile(k: int, vec: int) -> int | None:
 
 
 def matmul(a: np.ndarray, w: np.ndarray, y: np.ndarray, chunks: int) -> None:
-    """y = a @ w for C-contiguous a [M, K], w [K, N], y [M, N] (N a multiple of 8), whole tiles
-    of rows split into ``chunks`` contiguous runs (one per thread, normally). The last ``M % TILE`` rows
-    go through the same kernel as one zero-padded tile (a small copy), so they get the same
-    chain of FMAs as every other row."""
+    """y = a @ w for C-contiguous a [M, K], w [K, N], y [M, N] (N a multiple of 8), split into
+    ``chunks`` parts (one per thread, normally): runs of whole row tiles, or, where there are fewer
+    tiles than two per part, the columns too (:func:`split`). The last ``M % TILE`` rows go through
+    the same kernel as one zero-padded tile (a small copy), so they get the same chain of FMAs as
+    every other row; the tile is one that divides a short M (:func:`forward_tile`)."""
     vec = vec_for(w.shape[1])
-    tile = tiles()[vec][0]
+    m = a.shape[0]
+    tile = forward_tile(m, vec)
     key = ("matmul", vec, tile)
     if key not in _kernels:
         _kernels[key] = _make_matmul(vec, tile)
     run = getattr(_kernels[key], "compiled", _kernels[key])  # launched here, on the threads chosen below
-    m = a.shape[0]
     tail = m % tile
     if m >= tile:
-        chunks = min(chunks, m // tile)
-        _threads.use_threads(min(chunks, _threads.get_num_threads()))
-        run(a, w, y, chunks)
+        row_parts, col_parts = split(m // tile, w.shape[1] // vec, chunks)
+        _threads.use_threads(min(row_parts * col_parts, _threads.get_num_threads()))
+        run(a, w, y, row_parts, col_parts)
     if tail:
         pad = np.zeros((tile, a.shape[1]), a.dtype)
         pad[:tail] = a[m - tail:]
         out = np.empty((tile, y.shape[1]), y.dtype)
         _threads.use_threads(1)  # (no fork and join of the other threads for one tile)
-        run(pad, w, out, 1)
+        run(pad, w, out, 1, 1)
         y[m - tail:] = out[:tail]
+
+
+def forward_tile(m: int, vec: int) -> int:
+    """Rows of the forward's register block for M rows: the largest candidate that divides a short M
+    (under 64 tiles: the padded tail would be a large share, computed on one thread), else the first."""
+    candidates = tiles()[vec]
+    if m >= 64 * candidates[0]:
+        return candidates[0]
+    return next((t for t in candidates if m % t == 0), candidates[0])
+
+
+def split(row_tiles: int, col_blocks: int, chunks: int) -> tuple[int, int]:
+    """(row parts, column parts) of a product of ``row_tiles`` x ``col_blocks`` blocks over ``chunks``
+    parts: rows alone while every part gets two tiles or more, else columns too (at most one part
+    per block). Every output is the same chain of FMAs whichever part computes it."""
+    chunks = max(1, min(chunks, row_tiles * col_blocks))
+    if row_tiles >= 2 * chunks:
+        return chunks, 1
+    col_parts = min(col_blocks, chunks)
+    return max(1, min(row_tiles, chunks // col_parts)), col_parts
 
 
 def _make_matmul(VEC: int, TILE: int):
     """The kernel for one register block (see :func:`matmul`)."""
 
     @jit(parallel=True, min_elems=0)
-    def kernel(a, w, y, chunks):
+    def kernel(a, w, y, row_parts, col_parts):
         m_, k_ = a.shape
         n_ = w.shape[1]
         slices, nb = -(-k_ // K_BLOCK), n_ // VEC
         tiles = m_ // TILE  # (the caller does the rows after the last whole tile)
-        for p in prange(chunks):
-            lo, tiled = p * tiles // chunks * TILE, (p + 1) * tiles // chunks * TILE
+        for p in prange(row_parts * col_parts):
+            rp, cp = p // col_parts, p % col_parts
+            lo, tiled = rp * tiles // row_parts * TILE, (rp + 1) * tiles // row_parts * TILE
+            b0, cols = cp * nb // col_parts, (cp + 1) * nb // col_parts - cp * nb // col_parts
             # (row block, K slice, column block) as one flat loop
-            for job in range(-(-(tiled - lo) // ROWS_BLOCK) * slices * nb):
-                r0 = lo + job // (slices * nb) * ROWS_BLOCK
+            for job in range(-(-(tiled - lo) // ROWS_BLOCK) * slices * cols):
+                r0 = lo + job // (slices * cols) * ROWS_BLOCK
                 r1 = min(r0 + ROWS_BLOCK, tiled)
-                c0 = job // nb % slices * K_BLOCK
+                c0 = job // cols % slices * K_BLOCK
                 c1 = min(c0 + K_BLOCK, k_)
-                b = job % nb * VEC
+                b = (b0 + job % cols) * VEC
                 for r in range(r0, r1, TILE):
                     acc = block.zeros(y, TILE, VEC)
                     if c0 > 0:

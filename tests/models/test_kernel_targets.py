@@ -93,7 +93,7 @@ def test_the_check_catches_a_block_too_big_for_the_registers():
         from numba import types
         from models.kernels import pointwise as P
         kernel = P._make_matmul(16, 24).compiled
-        SIG = (types.float32[:, ::1], types.float32[:, ::1], types.float32[:, ::1], types.int64)
+        SIG = (types.float32[:, ::1], types.float32[:, ::1], types.float32[:, ::1], types.int64, types.int64)
     """)
     found = codegen.scan("24x16 on haswell", _asm_for("haswell", source), blocked=True)
     assert found.spills > 0 and any("stack" in fault for fault in found.faults())

@@ -104,3 +104,25 @@ def test_the_register_block_fits_the_register_file():
     assert P.tiles((32, 16)) == {16: (24, 16, 8, 6), 8: (24, 16, 8, 6)}
     assert P.tiles((32, 8))[16] == (12, 8, 6, 4, 2)
     assert all(P.ROWS_BLOCK % t[0] == 0 for regs in ((16, 8), (32, 16), (32, 8)) for t in P.tiles(regs).values())
+
+
+def test_few_row_products_split_their_columns_too():
+    """Parts of whole row tiles while each gets two, else columns as well; the forward's tile divides a short M."""
+    assert P.split(100, 12, 2) == (2, 1) and P.split(3, 12, 2) == (1, 2) and P.split(3, 1, 2) == (2, 1)
+    assert P.split(2, 40, 4) == (1, 4) and P.split(1, 1, 8) == (1, 1)
+    assert P.forward_tile(72, 16) in (24, 6) and P.forward_tile(64, 16) in (16, 4, 2)  # AVX-512 or AVX2
+    assert P.forward_tile(1 << 16, 16) == P.tiles()[16][0]
+
+
+@pytest.mark.parametrize("m,n", [(64, 192), (72, 1088), (13, 48)])
+def test_the_column_split_computes_the_same_bits(m, n):
+    rng = np.random.default_rng(m + n)
+    a, w = rng.standard_normal((m, 300)).astype(np.float32), rng.standard_normal((300, n)).astype(np.float32)
+    ys = []
+    for chunks in (1, 2, 4):
+        y = np.empty((m, n), np.float32)
+        P.matmul(a, w, y, chunks)
+        ys.append(y)
+    np.testing.assert_array_equal(ys[0], ys[1])
+    np.testing.assert_array_equal(ys[0], ys[2])
+    np.testing.assert_allclose(ys[0], a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
