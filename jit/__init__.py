@@ -28,6 +28,7 @@ and BLAS are kept (``models.kernels.wisdom``): unset, ``$XDG_CACHE_HOME/poprun_p
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from collections.abc import Callable
@@ -95,12 +96,19 @@ WISDOM_VARIABLE = "POPRUN_WISDOM"
 
 def wisdom_path() -> Path | None:
     """The file of measured kernel choices (``POPRUN_WISDOM``), None when it is ``off``."""
-    value = os.environ.get(WISDOM_VARIABLE, "").strip()
+    env = os.environ
+    return _wisdom_path(env.get(WISDOM_VARIABLE, ""), env.get("XDG_CACHE_HOME", ""), env.get("HOME", ""))
+
+
+@functools.lru_cache(maxsize=16)
+def _wisdom_path(value: str, xdg: str, home: str) -> Path | None:
+    """(cached: the kernels ask on every product)"""
+    value = value.strip()
     if value.lower() in ("off", "0", "false", "no"):
         return None
     if value:
         return Path(value).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "poprun_py" / "kernel-wisdom.json"
+    return Path(xdg or Path(home or Path.home()) / ".cache") / "poprun_py" / "kernel-wisdom.json"
 
 
 def is_enabled() -> bool:

@@ -43,6 +43,7 @@ _known: dict[str, dict] = {}  # this machine's entries, as read or measured
 _used: dict[str, dict] = {}  # the entries this process took
 _measured: list[str] = []  # the keys this process measured
 _inside = threading.local()  # .measuring: this thread is running candidates
+_taken: dict[tuple, dict] = {}  # (file, kind, shape, candidates) -> the entry taken, for the calls after the first
 
 
 @functools.cache
@@ -78,6 +79,10 @@ def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[],
     path = _jit.wisdom_path()
     if path is None or len(candidates) == 1 or getattr(_inside, "measuring", False):
         return rule  # (a candidate that meets another choice takes its rule: the file's lock is held)
+    fast = (path, kind, shape, *candidates)
+    entry = _taken.get(fast)
+    if entry is not None:  # (every product of every step asks: no string, no lock once taken)
+        return entry["choice"]
     key = f"{kind} {'x'.join(map(str, shape))} {'/'.join(candidates)}"
     with _lock:
         entry = _known.get(key)
@@ -95,7 +100,16 @@ def choose(kind: str, shape: tuple[int, ...], candidates: dict[str, Callable[[],
                     logger.debug("kernel wisdom: %s through %s (%s)", key, entry["choice"],
                                  ", ".join(f"{k} {v:.3f} ms" for k, v in entry["ms"].items()))
         _used[key] = entry
+        _taken[fast] = entry
     return entry["choice"]
+
+
+def forget() -> None:
+    """Drop what this process knows of the file's choices, as a new process starts (the next call of
+    each shape reads the file again)."""
+    with _lock:
+        _known.clear()
+        _taken.clear()
 
 
 def used() -> dict[str, dict]:
@@ -176,4 +190,4 @@ def _write(path: Path, key: str, entry: dict) -> None:
         raise
 
 
-__all__ = ["REPEATS", "best_ms", "choose", "enabled", "machine", "used"]
+__all__ = ["REPEATS", "best_ms", "choose", "enabled", "forget", "machine", "used"]

@@ -26,6 +26,7 @@ def wisdom(tmp_path, monkeypatch):
     path = tmp_path / "wisdom.json"
     monkeypatch.setenv("POPRUN_WISDOM", str(path))
     monkeypatch.setattr(W, "_known", {})
+    monkeypatch.setattr(W, "_taken", {})
     monkeypatch.setattr(W, "_used", {})
     clock = FakeClock()
     monkeypatch.setattr(W.time, "thread_time", clock)
@@ -56,7 +57,7 @@ def test_the_fastest_is_measured_once_recorded_and_taken_from_then_on(wisdom):
 def test_a_new_process_reads_the_choice_back_and_measures_nothing(wisdom, monkeypatch):
     path, clock = wisdom
     W.choose("k", (2,), candidates(clock, {"hand": 1.0, "blas": 2.0}, []), "blas")
-    monkeypatch.setattr(W, "_known", {})  # as a later run would start
+    W.forget()  # as a later run would start
     calls = []
     assert W.choose("k", (2,), candidates(clock, {"hand": 5.0, "blas": 0.0}, calls), "blas") == "hand"
     assert calls == []
@@ -122,7 +123,7 @@ def test_a_pointwise_convolution_takes_the_recorded_choice_on_every_run(wisdom, 
     runs = []
     for _ in range(2):
         runs.append(conv.forward(x, True).copy())
-        monkeypatch.setattr(W, "_known", {})  # the next run reads the file
+        W.forget()  # the next run reads the file
     np.testing.assert_array_equal(runs[0], runs[1])
     recorded = json.loads(path.read_text())["machines"][W.machine()]
     assert list(recorded) == ["conv1x1.forward 1024x32x48 pointwise/blas"]
@@ -169,7 +170,7 @@ def test_a_models_first_run_on_a_machine_computes_the_bits_of_every_later_run(wi
         _, dlogits = softmax_cross_entropy(model.forward(x, True), labels)
         model.backward(dlogits, need_dx=False)
         grads.append([p.grad.copy() for p in model.params()])
-        monkeypatch.setattr(W, "_known", {})  # the next run reads the file
+        W.forget()  # the next run reads the file
     for first, later in zip(*grads):
         np.testing.assert_array_equal(first, later)
     kinds = {key.split()[0] for key in json.loads(path.read_text())["machines"][W.machine()]}
