@@ -3,10 +3,11 @@
 Where a product can go through a hand kernel or through BLAS, which is faster depends on the CPU,
 its BLAS and the shape: the hand kernels were tuned on AMD Zen, and no rule on the shape alone
 holds on every CPU. So the first time this machine meets a shape, :func:`choose` times every
-formulation on the call's own operands (each run once to warm up, then best of ``REPEATS``),
-records the fastest, and every later call and every later run on this machine takes the recorded
-choice (the times are one thread's CPU time, see :func:`_measure`). A given machine therefore computes the same bits on every run (the choice never changes
-once made, whatever the thread count or load), while the first run on a new CPU model measures.
+formulation on the call's own operands (each run once to warm up, then best of ``REPEATS``, in
+one thread's CPU time, see :func:`_measure`), records the fastest, and every later call and every
+later run on this machine takes the recorded choice. A given machine therefore computes the same
+bits on every run (the choice never changes once made, whatever the thread count or load), while
+the first run on a new CPU model measures.
 
 The file (``jit.wisdom_path``: ``POPRUN_WISDOM``, by default in the user's cache folder) holds one
 section per machine, keyed by :func:`machine`: the CPU model, the CPU numba compiles for with its
