@@ -10,20 +10,20 @@ import numpy as np
 
 from jit import prange
 from models.kernels import norm as K
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 from models.layer import Layer, Shape
 
 _CODES = {"silu": 1, "relu": 2, "sigmoid": 3}
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def _act_forward(x, y, act):
     for i in prange(x.size):
         z = x[i]
         y[i] = K.sigmoid(z) if act == 3 else K.act_value(z, act)
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def _act_backward(x, y, dy, dx, act):
     for i in prange(x.size):
         if act == 3:

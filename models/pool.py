@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from jit import prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 from models.layer import Layer, Rng, Shape
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def spatial_mean(x, out):
     """out[n, c] = mean over HW of x [N, HW, C], float64 accumulation."""
     n_, m_, c_ = x.shape
@@ -23,7 +23,7 @@ def spatial_mean(x, out):
             out[n, c] = acc[c] / m_
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def broadcast_spatial(g, dx, scale):
     """dx[n, r, c] = g[n, c] * scale."""
     n_, m_, c_ = dx.shape
@@ -34,7 +34,7 @@ def broadcast_spatial(g, dx, scale):
             out[c] = g[n, c] * scale
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def max_pool_forward(x, y, arg, k, s, pad):
     """y[n, i, j, c] = max of x over the k x k window at (i*s - pad, j*s - pad), ignoring padding;
     arg = the flat input position h*W + w of the first maximum in row-major order (torch's choice)."""
@@ -64,7 +64,7 @@ def max_pool_forward(x, y, arg, k, s, pad):
                             where[c] = h * w_ + w
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def max_pool_backward(dy, arg, dx):
     """dx = 0, then dy scattered onto the positions in ``arg`` (overlapping windows add up)."""
     n_, ho_, wo_, c_ = dy.shape

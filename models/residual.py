@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jit import prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 from models.conv import Conv2d
 from models.conv_norm import NormSpec, conv_norm
 from models.layer import Layer, Sequential, Shape, release_consumed
@@ -29,7 +29,7 @@ from models.layer import Layer, Sequential, Shape, release_consumed
 EXPANSION = {True: 4, False: 1}  # output width / block width, bottleneck or basic
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def add_relu(y, s):
     """y = max(y + s, 0) in place, on flat arrays."""
     for i in prange(y.size):
@@ -37,7 +37,7 @@ def add_relu(y, s):
         y[i] = v if v > 0 else 0.0
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def relu_backward(y, dy, dz):
     """dz = dy where the ReLU's output y is positive, else 0 (flat arrays)."""
     for i in prange(y.size):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from jit import prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 from models.layer import ConsumesGradient, Layer, Shape
 from models.param import Param
 from models.pool import spatial_mean
@@ -23,7 +23,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(z.dtype)
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def _scale(x, s, y):
     n_, m_, c_ = x.shape
     for i in prange(n_ * m_):
@@ -33,7 +33,7 @@ def _scale(x, s, y):
             out[c] = row[c] * sn[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def _gate_grad(x, dy, ds):
     """ds[n, c] = sum over HW of dy * x (float64 accumulation)."""
     n_, m_, c_ = x.shape
@@ -47,7 +47,7 @@ def _gate_grad(x, dy, ds):
             ds[n, c] = acc[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def _input_grad(dy, s, dpool, dx, inv_m):
     n_, m_, c_ = dy.shape
     for i in prange(n_ * m_):

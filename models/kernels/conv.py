@@ -6,13 +6,12 @@ Depthwise weights are ``[KH, KW, C]`` so the innermost loop runs over contiguous
 
 from __future__ import annotations
 
-import numpy as np
 
 from jit import prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def dw_forward(x, w, y, sh, sw, pt, pl):
     """y[n,ho,wo,c] = sum_kh,kw x[n, ho*sh-pt+kh, wo*sw-pl+kw, c] * w[kh,kw,c]."""
     n_, h_, w_, c_ = x.shape
@@ -38,7 +37,7 @@ def dw_forward(x, w, y, sh, sw, pt, pl):
                         out[c] += src[c] * wk[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def dw_backward_input(dy, w, dx, sh, sw, pt, pl):
     """dx[n,hi,wi,c] = sum over the taps that read (hi, wi) of dy * w (a gather, no races)."""
     n_, h_, w_, c_ = dx.shape
@@ -70,7 +69,7 @@ def dw_backward_input(dy, w, dx, sh, sw, pt, pl):
                         out[c] += src[c] * wk[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def dw_backward_weight(x, dy, partial, sh, sw, pt, pl):
     """partial[t] = this chunk's sum of x * dy per tap; the caller sums over chunks."""
     n_, h_, w_, c_ = x.shape
@@ -100,7 +99,7 @@ def dw_backward_weight(x, dy, partial, sh, sw, pt, pl):
                             a[c] += src[c] * g[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
     """cols[g, p, (kh*KW+kw)*Cg + c] = x[n, hi, wi, g*Cg + c], zero outside the image."""
     n_, h_, w_, _ = x.shape
@@ -128,7 +127,7 @@ def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
                                 dst[base + c] = 0
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def col2im(dcols, dx, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
     """dx = the adjoint of im2col: scatter-add column gradients back (one image per thread)."""
     n_, h_, w_, _ = dx.shape

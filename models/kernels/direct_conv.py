@@ -29,7 +29,7 @@ import numpy as np
 
 import jit as _jit
 from jit import block, prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 
 VECS = (16, 8)  # output channels per register block: 16 when the group width allows, else 8
 # Output pixels per tile, per register block, each with its time per computed pixel relative to
@@ -146,7 +146,7 @@ def tap_block(vec: int, taps: int, itemsize: int = 4, registers: tuple[int, int]
 def _make_conv(VEC: int, TILE: int):
     """The convolution kernel for one register block and tile (see :func:`conv`)."""
 
-    @jit(parallel=True, min_elems=0)
+    @compiled_kernel(parallel=True, min_elems=0)
     def kernel(x, w, y, sh, sw, pt, pl, scratch, taps, oy, ox, osh, osw, ho_, wo_):
         n_, h_, w_, groups, cg = x.shape
         cog = y.shape[4]  # ho_, wo_: the output rows and columns of the phase (phase_shape)
@@ -199,7 +199,7 @@ def _make_weight_grad(VEC: int, CB: int):
     pixel wo holds the taps of output pixel wo (stride sw) on scratch row r, so the pixel loop
     indexes a view axis of its own, with no index arithmetic to redo per pixel."""
 
-    @jit(parallel=True, min_elems=0)
+    @compiled_kernel(parallel=True, min_elems=0)
     def kernel(x, dy, part, sh, pt, pl, rows_block, scratch, taps):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]

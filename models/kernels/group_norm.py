@@ -17,12 +17,12 @@ import numpy as np
 
 from jit import prange
 from models.kernels.norm import RELU, SILU, silu_parts, wide_rows
-from models.kernels.threads import CONTRACT, jit
+from models.kernels.threads import CONTRACT, compiled_kernel
 
 BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
     """For x [N, HW, C] and each image n and group g: invstd[n, g] = 1/sqrt(var + eps) (float64,
     biased variance over HW and the group's channels); per channel mu[n, c] + mu_lo[n, c] = the
@@ -63,7 +63,7 @@ def group_stats(x, gamma, eps, mu, mu_lo, a, invstd):
                 ag[j] = inv * gg[j]
 
 
-@jit()
+@compiled_kernel()
 def _tile(values, k, out):
     """out = values repeated k times (the per-channel parameters of a widened row)."""
     c_ = values.shape[0]
@@ -72,7 +72,7 @@ def _tile(values, k, out):
             out[j * c_ + c] = values[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) for x, y [N, HW, C], mu, mu_lo, a [N, C],
     beta [C]; with SiLU and ``keep`` also sig = sigmoid(z). Element by element the arithmetic of
@@ -114,7 +114,7 @@ def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
                     yr[j] = ((xr[j] - mt[j]) - lt[j]) * at[j] + bt[j]
 
 
-@jit(parallel=True, fastmath=CONTRACT)
+@compiled_kernel(parallel=True, fastmath=CONTRACT)
 def group_norm_backward(x, dy, sig, mu, mu_lo, a, beta, invstd, gamma, dx, dgamma_n, dbeta_n, act):
     """Backward of group norm + act per image: dx [N, HW, C], and per-image dgamma/dbeta
     partials [N, C] (float64). With d = x - mean, xhat = d * invstd and dz = dy * act'(z):

@@ -21,13 +21,13 @@ import numpy as np
 from numba.core import types
 
 from jit import ENABLED, prange
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 from models.kernels.vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2
 
 
-@jit()
+@compiled_kernel()
 def sigmoid(z):
     """Branch-free logistic function in float64 (never overflows)."""
     zz = float(z)
@@ -36,7 +36,7 @@ def sigmoid(z):
     return s if zz >= 0 else e * s
 
 
-@jit()
+@compiled_kernel()
 def _sigmoid32(z):
     """Logistic function of a float32 in float32 arithmetic."""
     e = exp_neg32(-abs(z))
@@ -61,7 +61,7 @@ if ENABLED:
         return lambda z: sigmoid(z)
 
 
-@jit()
+@compiled_kernel()
 def wide_rows(m, c):
     """Rows of [m, c] to read as one, [m / k, k * c]: the largest k <= 64 / c that divides m, so
     that a row holds at least 64 values where it can (the inner loops then vectorise; a row of 8
@@ -73,20 +73,20 @@ def wide_rows(m, c):
     return k
 
 
-@jit()
+@compiled_kernel()
 def silu(z):
     zz = float(z)
     return zz * sigmoid(zz)
 
 
-@jit()
+@compiled_kernel()
 def silu_grad(z):
     zz = float(z)
     s = sigmoid(zz)
     return s * (1.0 + zz * (1.0 - s))
 
 
-@jit()
+@compiled_kernel()
 def act_value(z, act):
     if act == SILU:
         return silu(z)
@@ -95,7 +95,7 @@ def act_value(z, act):
     return float(z)
 
 
-@jit()
+@compiled_kernel()
 def act_grad(z, act):
     """d act(z) / dz."""
     if act == SILU:
@@ -105,7 +105,7 @@ def act_grad(z, act):
     return 1.0
 
 
-@jit()
+@compiled_kernel()
 def _sum_parts(part, a, b):
     """a[c], b[c] = the sums over chunks t = 0, 1, ... in order of part[t, 0, c] and part[t, 1, c]
     (plain loops: a strided slice and its .sum() per column cost microseconds each, which is
@@ -120,7 +120,7 @@ def _sum_parts(part, a, b):
         b[c] = sb
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def column_moments(x, shift, s1, s2, chunks):
     """s1[c] = sum(x - shift[c]), s2[c] = sum((x - shift[c])**2) over rows of x [M, C], in one
     pass with float64 accumulators. With ``shift`` a sample of the column (its first row), the
@@ -139,7 +139,7 @@ def column_moments(x, shift, s1, s2, chunks):
     _sum_parts(part, s1, s2)
 
 
-@jit()
+@compiled_kernel()
 def silu_parts(x, mu, mu_lo, a, beta):
     """(z, sigmoid(z)) for z = ((x - mu) - mu_lo)*a + beta in x's working precision: the
     forward's exact arithmetic, so backward recomputes the very sigmoid the forward used (no
@@ -148,7 +148,7 @@ def silu_parts(x, mu, mu_lo, a, beta):
     return z, sigmoid_w(z)
 
 
-@jit()
+@compiled_kernel()
 def sigmoid_row(row, mu, mu_lo, a, beta, sig):
     """sig = sigmoid(z) for one row, as the forward computed it (a loop of its own, so that it
     vectorises like the forward's, and so that a caller's own z may contract to an FMA)."""
@@ -156,7 +156,7 @@ def sigmoid_row(row, mu, mu_lo, a, beta, sig):
         sig[c] = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])[1]
 
 
-@jit()
+@compiled_kernel()
 def _affine_row(row, mu, mu_lo, a, beta, out, sig, act, keep):
     """out = act(((row - mu) - mu_lo)*a + beta) for one row; the tests are outside the loops.
     For SiLU with ``keep`` the sigmoid of z is also stored in ``sig`` for the backward pass
@@ -179,7 +179,7 @@ def _affine_row(row, mu, mu_lo, a, beta, out, sig, act, keep):
             out[c] = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
 
 
-@jit()
+@compiled_kernel()
 def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
     """out = gr * act'(z) for one row (SiLU: from the sigmoid ``sr``), in the working precision as
     group norm's backward does (float64 arithmetic rounded once cost a fifth more time per
@@ -203,14 +203,14 @@ def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
         p1[c] += g * (float(xr[c] - mu[c]) - mu_lo[c]) * invstd[c]
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
     """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU, keep)."""
     for r in prange(x.shape[0]):
         _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act, keep)
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act, keep, chunks):
     """dz = dy * act'(z) (written to ``dz``), s0 = sum(dz), s1 = sum(dz * xhat) per column; SiLU's
     sigmoid from ``sig`` with ``keep``, else recomputed."""
@@ -227,7 +227,7 @@ def norm_backward_reduce(x, dy, sig, mu, mu_lo, a, beta, invstd, dz, s0, s1, act
     _sum_parts(part, s0, s1)
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def norm_backward_apply(x, mu, mu_lo, a, k0, k1, dx):
     """dx = a * (dz - k0 - (x - mu) * k1), in place over dx (which holds dz)."""
     m_, c_ = x.shape
@@ -238,7 +238,7 @@ def norm_backward_apply(x, mu, mu_lo, a, k0, k1, dx):
             out[c] = a[c] * (out[c] - k0[c] - ((xr[c] - mu[c]) - mu_lo[c]) * k1[c])
 
 
-@jit(parallel=True)
+@compiled_kernel(parallel=True)
 def scale_columns(dx, a):
     """dx *= a per column (eval-mode batch-norm backward)."""
     m_, c_ = dx.shape

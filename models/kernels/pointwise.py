@@ -36,7 +36,7 @@ import numpy as np
 import jit as _jit
 from jit import block, prange
 from models.kernels import threads as _threads
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 
 ROWS_BLOCK = 96  # rows of ``a`` per cache block (a multiple of every forward tile)
 K_BLOCK = 256  # K per slice: the weight panel K_BLOCK x VEC stays in L1
@@ -163,7 +163,7 @@ def split(row_tiles: int, col_blocks: int, chunks: int) -> tuple[int, int]:
 def _make_matmul(VEC: int, TILE: int):
     """The kernel for one register block (see :func:`matmul`)."""
 
-    @jit(parallel=True, min_elems=0)
+    @compiled_kernel(parallel=True, min_elems=0)
     def kernel(a, w, y, row_parts, col_parts):
         m_, k_ = a.shape
         n_ = w.shape[1]
@@ -208,7 +208,7 @@ def weight_grad(a: np.ndarray, b: np.ndarray, part: np.ndarray) -> None:
 def _make_weight_grad(VEC: int, TILE: int):
     """The weight-gradient kernel for one register block (see :func:`weight_grad`)."""
 
-    @jit(parallel=True, min_elems=0)
+    @compiled_kernel(parallel=True, min_elems=0)
     def kernel(a, b, part):
         m_, k_ = a.shape
         n_ = b.shape[1]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from jit import block, prange
 from models.kernels.direct_conv import channel_block, vec_for
-from models.kernels.threads import jit
+from models.kernels.threads import compiled_kernel
 
 SMALL_MAP, MIN_GROUPS = 144, 8  # see suits_group_weight_grad()
 GROUP_PIXELS = 256  # group_weight_grad: output pixels (whole images) summed in registers between two flushes
@@ -65,7 +65,7 @@ def group_weight_grad(x, dy, out, sh, sw, pt, pl) -> None:
 def _make_group_weight_grad(VEC: int, CB: int):
     """The by-group weight-gradient kernel for one register block (see :func:`group_weight_grad`)."""
 
-    @jit(parallel=True, min_elems=0)
+    @compiled_kernel(parallel=True, min_elems=0)
     def kernel(x, dy, out, sh, sw, pt, pl, images):
         n_, h_, w_, groups, cg = x.shape
         ho_, wo_, cog = dy.shape[1], dy.shape[2], dy.shape[4]

@@ -1,7 +1,7 @@
 """The thread policy of the parallel kernels in ``models/``, on top of the project's numba switch.
 
 Every hot kernel in ``models/`` is written once as plain Python over numpy arrays and wrapped
-with :func:`jit`, which compiles through the :mod:`jit` package (the one owner of ``POPRUN_JIT``:
+with :func:`compiled_kernel`, which compiles through the :mod:`jit` package (the one owner of ``POPRUN_JIT``:
 set it to 0 to run every kernel uncompiled; ``prange`` then degrades to ``range``).
 
 Parallel kernels run on up to :func:`set_num_threads` threads (default: numba's, i.e.
@@ -59,7 +59,7 @@ def use_threads(n: int) -> None:
         _in_use.n = n
 
 
-def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
+def compiled_kernel(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: int = PARALLEL_MIN_ELEMS):
     """Compile a kernel (``jit.jit``; ``fastmath`` empty, strict IEEE, or ``CONTRACT``); a
     parallel one runs on one thread when its first array has fewer than ``min_elems`` elements
     (0 for kernels that do much work per element)."""
@@ -82,4 +82,4 @@ def jit(parallel: bool = False, fastmath: frozenset = frozenset(), min_elems: in
     return wrap
 
 
-__all__ = ["CONTRACT", "PARALLEL_MIN_ELEMS", "get_num_threads", "jit", "set_num_threads", "use_threads"]
+__all__ = ["CONTRACT", "PARALLEL_MIN_ELEMS", "compiled_kernel", "get_num_threads", "set_num_threads", "use_threads"]

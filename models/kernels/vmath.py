@@ -20,7 +20,7 @@ import numpy as np
 from numba.core import types
 
 from jit import ENABLED, bitcast
-from models.kernels.threads import CONTRACT, jit
+from models.kernels.threads import CONTRACT, compiled_kernel
 
 _LOG2E = 1.4426950408889634
 _ROUND = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer held in the low bits
@@ -40,7 +40,7 @@ _f32_to_bits, _bits_to_f32 = bitcast(types.float32, types.int32), bitcast(types.
 
 
 if ENABLED:
-    @jit()
+    @compiled_kernel()
     def exp(x):
         x = min(max(float(x), -708.0), 709.0)
         t = _LOG2E * x + _ROUND
@@ -51,7 +51,7 @@ if ENABLED:
                   + _F4) * r + _F3) * r + _F2) * r + _F1) * r + _F0)
         return y * _bits_to_f64((n + 1023) << 52)
 
-    @jit(fastmath=CONTRACT)
+    @compiled_kernel(fastmath=CONTRACT)
     def exp_neg32(x):
         xc = max(x, _LOW_32)
         t = _LOG2E_32 * xc + _ROUND_32

@@ -53,9 +53,9 @@ ARRAY_BLOCK = textwrap.dedent("""
     import numpy as np
     from numba import types
     from jit import prange
-    from models.kernels.threads import CONTRACT, jit
+    from models.kernels.threads import CONTRACT, compiled_kernel
 
-    @jit(parallel=True, fastmath=CONTRACT, min_elems=0)
+    @compiled_kernel(parallel=True, fastmath=CONTRACT, min_elems=0)
     def kernel(a, w, y, chunks):  # the pointwise matmul as it was once written: its block a numpy array
         m_, k_ = a.shape
         n_ = w.shape[1]
