@@ -6,7 +6,6 @@ Depthwise weights are ``[KH, KW, C]`` so the innermost loop runs over contiguous
 
 from __future__ import annotations
 
-
 from jit import prange
 from models.kernels.threads import compiled_kernel
 
