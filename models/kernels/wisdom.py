@@ -178,6 +178,11 @@ def _write(path: Path, key: str, entry: dict) -> None:
     """Add one entry to this machine's section (under the caller's lock), replacing the file atomically."""
     machines = _read(path)
     machines.setdefault(machine(), {})[key] = entry
+    _replace(path, machines)
+
+
+def _replace(path: Path, machines: dict) -> None:
+    """Write the file anew through a temporary file in its folder (under the caller's lock)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -191,4 +196,28 @@ def _write(path: Path, key: str, entry: dict) -> None:
         raise
 
 
-__all__ = ["REPEATS", "best_ms", "choose", "enabled", "forget", "machine", "used"]
+def recorded() -> dict[str, dict]:
+    """This machine's entries in the file ({} when there are none or wisdom is off)."""
+    path = _jit.wisdom_path()
+    if path is None:
+        return {}
+    with _locked(path):
+        return _read(path).get(machine(), {})
+
+
+def drop() -> int:
+    """Remove this machine's section from the file (the next run measures again); the count removed."""
+    path = _jit.wisdom_path()
+    if path is None:
+        return 0
+    with _locked(path):
+        machines = _read(path)
+        gone = machines.pop(machine(), {})
+        if gone:
+            _replace(path, machines)
+    forget()
+    return len(gone)
+
+
+__all__ = ["REPEATS", "best_ms", "choose", "drop", "enabled", "forget", "machine", "recorded", "used"]
+

@@ -222,3 +222,18 @@ def test_a_choice_met_inside_a_measured_candidate_takes_its_rule(wisdom):
 
     W.choose("outer", (1,), {"x": outer, "y": outer}, "y")
     assert set(inner) == {"b"} and "inner 1 a/b" not in W.used()
+
+
+def test_the_command_lists_this_machines_choices_and_forgets_them(wisdom, capsys):
+    from models import wisdom as command
+
+    path, clock = wisdom
+    W.choose("k", (4,), candidates(clock, {"hand": 2.0, "blas": 1.0}, []), "hand")
+    assert command.main([]) == 0
+    out = capsys.readouterr().out
+    assert str(path) in out and "1 choices" in out and "k 4 hand/blas" in out and "blas" in out
+    assert command.main(["--forget"]) == 0 and "dropped 1 choices" in capsys.readouterr().out
+    assert W.recorded() == {}
+    calls = []
+    W.choose("k", (4,), candidates(clock, {"hand": 1.0, "blas": 2.0}, calls), "blas")
+    assert calls  # measured again
