@@ -93,6 +93,7 @@ def _im2col_products(x5, w_shape, out_hw, sh, sw, pt, pl):
 
 def formulations(kernel: str, args: tuple):
     """(hand, blas): two callables computing the same product (the BLAS one into its own buffers)."""
+    from models.kernels import conv as C
     from models.kernels import direct_conv as D
     from models.kernels import gemm as G
     from models.kernels import pointwise as P
@@ -129,13 +130,11 @@ def formulations(kernel: str, args: tuple):
         out = args[2]
         kh, kw = out.shape[1], out.shape[2]
         hand = (lambda: S.group_weight_grad(x, dy, out, sh, sw, pt, pl))
-    ho, wo = dy.shape[1], dy.shape[2]
-    dyg = dy.reshape(-1, g, cog).transpose(1, 0, 2)
     dw = np.empty((g, kh * kw * cg, cog), x.dtype)
 
-    def blas():
-        cols = _im2col_products(x, (kh, kw), (ho, wo), sh, sw, pt, pl)
-        G.matmul_batched(cols.transpose(0, 2, 1), dyg, dw)
+    def blas():  # the engine's own formulation (the im2col copy included)
+        cols = np.empty((g, dy.shape[0] * dy.shape[1] * dy.shape[2], kh * kw * cg), x.dtype)
+        C.im2col_weight_grad(x, dy, kh, kw, sh, sw, pt, pl, cols, dw)
 
     return hand, blas
 

@@ -220,10 +220,8 @@ class Conv2d(PointwiseProducts, Layer):
 
         def gemm():
             cols = self._temp("conv_wgrad_cols", (g, n * ho * wo, kh * kw * cg))
-            K.im2col(np.ascontiguousarray(x5).reshape(*x5.shape[:3], g * cg), cols, ho, wo, kh, kw, sh, sw, *pads)
             out = self._temp("conv_wgrad_groups", (g, kh * kw * cg, cog))
-            _gemm.matmul_batched(cols.transpose(0, 2, 1), dy5.reshape(-1, g, cog).transpose(1, 0, 2), out)
-            return out.reshape(g, kh, kw, cg, cog)
+            return K.im2col_weight_grad(x5, dy5, kh, kw, sh, sw, *pads, cols, out).reshape(g, kh, kw, cg, cog)
 
         small = S.suits_group_weight_grad(ho, wo, g, cg, cog)
         candidates = {"small_map": by_group} if S.eligible(g, cg, cog) else {}

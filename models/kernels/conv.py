@@ -1,4 +1,5 @@
-"""numba kernels for convolutions in NHWC: depthwise forward/backward, im2col and col2im.
+"""numba kernels for convolutions in NHWC: depthwise forward/backward, im2col and col2im, and the
+grouped weight gradient as im2col + one GEMM per group (:func:`im2col_weight_grad`).
 
 Depthwise weights are ``[KH, KW, C]`` so the innermost loop runs over contiguous channels.
 ``pt``/``pl`` are the top/left paddings; out-of-image taps are skipped (zero padding).
@@ -6,7 +7,10 @@ Depthwise weights are ``[KH, KW, C]`` so the innermost loop runs over contiguous
 
 from __future__ import annotations
 
+import numpy as np
+
 from jit import prange
+from models.kernels import gemm as _gemm
 from models.kernels.threads import compiled_kernel
 
 
@@ -151,3 +155,13 @@ def col2im(dcols, dx, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
                             src = dcols[g, p]
                             for c in range(cg):
                                 dst[g * cg + c] += src[base + c]
+
+
+def im2col_weight_grad(x5, dy5, kh, kw, sh, sw, pt, pl, cols, out):
+    """out [G, KH*KW*Cg, Cog] = the weight gradient of a grouped convolution of ``x5`` [N, H, W, G, Cg]
+    with output gradient ``dy5`` [N, Ho, Wo, G, Cog]: the input's columns into ``cols``
+    [G, N*Ho*Wo, KH*KW*Cg], then cols[g]^T @ dy[g] for each group (BLAS)."""
+    n, h, w, g, cg = x5.shape
+    cog = dy5.shape[4]
+    im2col(np.ascontiguousarray(x5).reshape(n, h, w, g * cg), cols, dy5.shape[1], dy5.shape[2], kh, kw, sh, sw, pt, pl)
+    return _gemm.matmul_batched(cols.transpose(0, 2, 1), dy5.reshape(-1, g, cog).transpose(1, 0, 2), out)

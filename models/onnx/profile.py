@@ -47,8 +47,6 @@ import math
 import re
 from collections.abc import Sequence
 
-import numpy as np
-
 from models.onnx.graph import load_graph
 from models.onnx.ir import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, param_inputs
 from models.onnx.patterns import squeeze_excite_chains
