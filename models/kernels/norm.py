@@ -197,10 +197,10 @@ def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
     else:
         for c in range(c_):
             out[c] = gr[c]
+    for c in range(c_):  # the two sums in loops of their own: one loop writing both
+        p0[c] += float(out[c])  # views of one array does not vectorise (too many alias checks)
     for c in range(c_):
-        g = float(out[c])
-        p0[c] += g
-        p1[c] += g * (float(xr[c] - mu[c]) - mu_lo[c]) * invstd[c]
+        p1[c] += float(out[c]) * (float(xr[c] - mu[c]) - mu_lo[c]) * invstd[c]
 
 
 @compiled_kernel(parallel=True)
