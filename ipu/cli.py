@@ -45,6 +45,16 @@ def validation_dict(parts: list, rows: list) -> dict:
         for c in rows]}
 
 
+def op_validation_dict(rows: list, summary: list) -> dict:
+    """``validate --ops --json``: every benchmark of poplibs' table beside the model, and the per-kind totals."""
+    return {"schema": JSON_SCHEMA, "kinds": [
+        {"chip": s.chip, "kind": s.kind, "rows": s.rows, "table_cycles": s.table_cycles, "model_cycles": s.model_cycles,
+         "ratio": s.ratio, "low": s.low, "median": s.median, "high": s.high} for s in summary], "rows": [
+        {"target": r.benchmark.target, "benchmark": r.benchmark.name, "tool": r.benchmark.tool, "kind": r.kind,
+         "table_cycles": r.benchmark.cycles, "model": r.model.as_dict() if r.model else None, "ratio": r.ratio,
+         "reason": r.reason} for r in rows]}
+
+
 def sensitivity_dict(rows: list) -> dict:
     """``validate --sensitivity --json``: each constant's effect on each preset's step time as plain data."""
     from ipu.cost.sensitivity import FACTORS

@@ -200,7 +200,7 @@ RESNET50_POD16 = IpuPlan(
     epochs=40.0,
 )
 # Graphcore's MLPerf Training v1.1 ResNet-50 submission on Mk2 (mlcommons/training_results_v1.1, configs.yml
-# ``mk2_resnet50_mlperf_pod*``; the logs, ipu.cost.mlperf_v11, record global batch, GA and BN span): micro-batch
+# ``mk2_resnet50_mlperf_pod*``; the logs, ipu.cost.evidence.mlperf_v11, record global batch, GA and BN span): micro-batch
 # 20 on every POD, LARS, the checkpoints and BN_span of the recipe above, AMP 0.15 (POD16) or 0.14; 5 logs per
 # epoch on POD16 (400 updates / 5 = 80 per host call), ``batches_per_step: 100000`` on the larger PODs.
 RESNET50_MLPERF = replace(RESNET50_POD16, gradient_accumulation=10, optimizer="lars", device_iterations=80,

@@ -13,7 +13,7 @@ exchange, the figures poplibs' CTC-loss planner charges for exactly this (``lib/
 ``syncCycles = 90``, ``fixedOverheadExchangeCycles``). They are a planner's estimate, not a measurement:
 poplibs' reduction planner charges ``Target::getMaxIPUSyncDelay()`` instead, whose value is Poplar's and
 not in poplibs, and no readable source gives the on-chip sync and exchange-latency measurements of Jia
-et al. (arXiv:1912.03413; ``ipu.cost.jia2019`` holds what secondary sources state: a 6-cycle memory
+et al. (arXiv:1912.03413; ``ipu.cost.evidence.jia2019`` holds what secondary sources state: a 6-cycle memory
 latency and a 24 % rise of on-chip latency under full load, which this model, having no load term, does
 not reproduce). ``poprun-ipu validate --sensitivity`` shows how much each
 prediction depends on them.

@@ -11,7 +11,7 @@
   global sync across the ring and one compute set on the tiles (``ipu.cost.bsp``).
 * **Between domains** (POD128 and up) the outer ring's rate is a **calibration**, not a link rate:
   ``OUTER_RING_BYTES_PER_S`` makes the model's POD256 step exceed its POD128 step by what Graphcore's
-  MLPerf Training v1.1 ResNet-50 logs measure at the same per-replica work (``ipu.cost.mlperf_v11``,
+  MLPerf Training v1.1 ResNet-50 logs measure at the same per-replica work (``ipu.cost.evidence.mlperf_v11``,
   Mk2 only). The sum of all machines' GW-Links (the first model: about 280 GB/s per POD64 domain)
   predicted a tenth of the measured difference.
 * **Cross-replica norm** (the ResNet recipes' ``BN_span``): each batch norm sums its statistics over
@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-from ipu.cost import mlperf_v11
+from ipu.cost.evidence import mlperf_v11
 from ipu.cost import bsp
 from ipu.cost.bsp import Cycles
 from ipu.specs import IpuSpec

@@ -55,6 +55,7 @@ class ConvProblem:
     input_cols: int
     rearrange: tuple[bool, bool, bool]  # input, weights, output need a layout change first
     input_per_output: int = 1  # wu: input pixels behind one output position (stride**2, kernel > 1)
+    input_dilation: int = 1  # bwd of a strided conv: the output gradient dilated by the stride (zeros between)
 
     @property
     def macs(self) -> int:
@@ -96,7 +97,10 @@ def conv_passes(shape: ConvShape, training: bool = True) -> list[ConvProblem]:
     fwd = ConvProblem("fwd", g, n * ho, wo, (kh, kw), ci, co, s, ho, h, w, (False, False, False))
     if not training:
         return [fwd]
-    bwd = ConvProblem("bwd", g, n * ho, wo, (kh, kw), co, ci, 1, ho, ho, wo, (False, True, False))
+    if s > 1 and kh * kw > 1:  # the field is the forward's input; the output gradient is dilated by s
+        bwd = ConvProblem("bwd", g, n * h, w, (kh, kw), co, ci, 1, h, h, w, (False, True, False), input_dilation=s)
+    else:  # a 1x1 strided kernel: computed on the undilated gradient, the result dilated (dilatePostConv)
+        bwd = ConvProblem("bwd", g, n * ho, wo, (kh, kw), co, ci, 1, ho, ho, wo, (False, True, False))
     behind = s * s if kh * kw > 1 else 1
     wu = ConvProblem("wu", g, ci, kh * kw, (1, 1), n * ho * wo, co, 1, ci, ci, kh * kw, (True, True, False), behind)
     return [fwd, bwd, wu]
@@ -254,8 +258,11 @@ def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter
     if kh == kw == 1 and p.stride == 1:
         return V.amp_1x1_cycles(g_t, ig_t, og_iter, passes, field, workers, units, half, half_partials,
                                 spec.coeff_load_bytes_per_cycle)
-    return V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw, field, cols_t,
-                            workers, units, half, half_partials, spec.coeff_load_bytes_per_cycle, v.filter_height)
+    d = p.input_dilation  # each kernel position reaches every d-th row and column of the field; all are zeroed
+    active_cols = -(-cols_t // d)
+    return V.amp_nx1_cycles(g_t, ig_t, og_iter, passes, -(-kh // v.filter_height), kw,
+                            -(-rows_t // d) * active_cols, active_cols, workers, units, half, half_partials,
+                            spec.coeff_load_bytes_per_cycle, v.filter_height, zero_field=field)
 
 
 def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, half_partials: bool,
@@ -279,7 +286,7 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
         channels_out = g_t * np.minimum(og_iter * v.out_group, out_chans)
         weights = channels_in * np.minimum(og_iter * v.out_group, out_chans) * kh * kw
     act_bytes = 2 if half else 4
-    inputs = channels_in * _input_area(p, rows_t, cols_t)
+    inputs = channels_in * _input_area(p, rows_t, cols_t, materialised=slic)
     partials = field * channels_out
     o_s, i_s = grid["out"], grid["in"]
     bus = np.where(o_s % spec.tiles_per_exchange_bus == 0, spec.tiles_per_exchange_bus, 1)
@@ -306,8 +313,10 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
     }
 
 
-def _input_area(p: ConvProblem, rows_t, cols_t):
-    """Input elements per input channel a tile needs for its rows and columns (with the halo)."""
+def _input_area(p: ConvProblem, rows_t, cols_t, materialised: bool = False):
+    """Input elements per input channel a tile needs for its rows and columns (with the halo). A
+    dilated input counts its zeros where the vertex reads them (``materialised``: SLIC), else only
+    its values (the AMP vertex's worklists skip the zeros)."""
     if p.pass_name == "wu":  # per reduction element: the tile's weight rows x the pixels behind it
         return rows_t * p.input_per_output
     kh, kw = p.kernel
@@ -317,7 +326,8 @@ def _input_area(p: ConvProblem, rows_t, cols_t):
     partial_rows = np.minimum((rows_t - 1) * step_h + kh, image_rows)
     in_rows = np.where(rows_t >= p.image_rows, images * image_rows, partial_rows)
     in_cols = np.minimum((cols_t - 1) * step_w + kw, p.input_cols)
-    return in_rows * in_cols
+    d = 1 if materialised else p.input_dilation
+    return -(-in_rows // d) * -(-in_cols // d)
 
 
 MAX_REDUCE_STAGES = 3  # vertices.reduce_stage_depths plans at most three stages
@@ -358,8 +368,8 @@ def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpe
         volumes = (p.groups * p.rows * p.in_chans * p.input_per_output, p.groups * p.in_chans * p.out_chans,
                    p.groups * p.rows * p.cols * p.out_chans)
     else:
-        images = p.rows // p.image_rows
-        volumes = (p.groups * p.in_chans * images * p.input_rows * p.input_cols,
+        images, d = p.rows // p.image_rows, p.input_dilation
+        volumes = (p.groups * p.in_chans * images * -(-p.input_rows // d) * -(-p.input_cols // d),
                    p.groups * p.in_chans * p.out_chans * p.kernel[0] * p.kernel[1],
                    p.groups * p.rows * p.cols * p.out_chans)
     copies, exchange, nbytes = np.zeros(len(used)), np.zeros(len(used)), np.zeros(len(used))

@@ -2,7 +2,7 @@
 
 **Components** (``components``): each modelled quantity beside an independent public figure:
 the exchange rate against Graphcore's stated IPU-Exchange bandwidth, the Mk1 tile memory, IPU-Links and
-the load dependence of on-chip and IPU-Link latency against Jia et al. (``ipu.cost.jia2019``, secondary
+the load dependence of on-chip and IPU-Link latency against Jia et al. (``ipu.cost.evidence.jia2019``, secondary
 sources), the matrix units against ``gc-flops``, the multi-rack all-reduce against the MLPerf v1.1 logs
 it is calibrated on (marked as a calibration). Where no independent figure could be found the row says
 so and carries none.
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ipu.cost import hardware_measurements as hw
-from ipu.cost import jia2019 as jia
-from ipu.cost import mlperf_v11
+from ipu.cost.evidence import hardware_measurements as hw
+from ipu.cost.evidence import jia2019 as jia
+from ipu.cost.evidence import mlperf_v11
+from ipu.cost.evidence import tessellate_ipu as tess
 from ipu.cost import vectors
+from ipu.cost import vertices
 from ipu.cost.bsp import compute_set
 from ipu.cost.prediction import predict
 from ipu.plan import get_preset, load_profile
@@ -158,10 +160,38 @@ def components() -> list[ComponentCheck]:
                        mlperf_v11.outer_ring_delta_s() * 1e3, mlperf_v11.SOURCE + " (calibration)", calibration=True),
         ComponentCheck("single-IPU ResNet-50 training throughput, synthetic data", "images/s", None, None,
                        "not found: no published single-IPU synthetic-data ResNet-50 training figure was reachable"),
-        ComponentCheck("vertex cycle estimators", "cycles", None, None,
-                       "not found: poplibs' codelet tests compare simulator cycles with the estimators at run "
-                       "time (tests/popops/codelets/CodeletsTestsCommon.hpp, 10 % threshold) and state no counts"),
+        _amp_1x1_check(),
+        ComponentCheck("two successive one-vertex compute sets on one tile, no exchange (IPU hardware)", "cycles",
+                       compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total, tess.CYCLE_COUNT_DELTA_RANGE[1],
+                       f"reading the cycle counter twice, {tess.CYCLE_COUNT_OVERHEAD} cycles apart (the range is the "
+                       "hardware test's bound); the model's sync is a chip-wide one, which one tile does not wait "
+                       "for; " + tess.OVERHEAD_SOURCE, public_low=tess.CYCLE_COUNT_DELTA_RANGE[0]),
+        ComponentCheck("one compute set of one supervisor vertex, beyond the vertex's own cycles (single-tile "
+                       "simulator)", "cycles", compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total,
+                       POPSYS_MAX_OVERHEAD, "upper bound: a 1,000-cycle vertex timed between two cycle stamps reads "
+                       f"1,000 to {1000 + POPSYS_MAX_OVERHEAD} cycles, stamps included; " + POPSYS_SOURCE),
     ]
+
+
+# graphcore/poplibs tests/codelets/Popsys.cpp at the parent of commit 5e41cbe3 (PopsysTimeIt, PopsysCycleStamp:
+# BOOST_CHECK(cycles >= 1000 && cycles < 1000 + maxProfilingOverhead), maxProfilingOverhead = 150, VARIANTS Sim).
+POPSYS_MAX_OVERHEAD = 150
+POPSYS_SOURCE = "graphcore/poplibs tests/codelets/Popsys.cpp at the parent of 5e41cbe3 (the Sim target)"
+
+
+def _amp_1x1_check() -> ComponentCheck:
+    """The model's ConvPartial1x1 vertex against tessellate-ipu's hardware cycles, summed over N = 32 ... 2,048."""
+    bow = get_chip("bow")
+    sizes = [n for n in tess.AMP_1X1_TFLOPS if n >= 32]
+    model = {n: float(vertices.amp_1x1_cycles(1, 1, 1, 1, n, bow.threads_per_tile, bow.conv_units(True, True), True,
+                                              True, bow.coeff_load_bytes_per_cycle)) for n in tess.AMP_1X1_TFLOPS}
+    ratios = [model[n] / tess.amp_1x1_cycles(n) for n in sizes]
+    return ComponentCheck(
+        f"AMP 1x1 vertex, fp16 [N, 16] x [16, 16] per tile, N = {sizes[0]} to {sizes[-1]} (IPU hardware)", "cycles",
+        sum(model[n] for n in sizes), sum(tess.amp_1x1_cycles(n) for n in sizes),
+        f"summed over N = {', '.join(map(str, sizes))} (per size {min(ratios):.3f} to {max(ratios):.3f}; N = 16: "
+        f"{model[16]:.0f} against {tess.amp_1x1_cycles(16):.0f}, {model[16] / tess.amp_1x1_cycles(16):.2f}); "
+        + tess.NOTEBOOK)
 
 
 TRIAD_ELEMENTS = 2**23  # per array: three float arrays of 32 MiB, where a compute set's fixed cycles are < 0.1 %

@@ -97,14 +97,16 @@ def weight_load_cycles(conv_units: int, coeff_load_bytes: int) -> int:
 
 def amp_nx1_cycles(groups, in_groups, out_groups, out_passes, kernel_h, kernel_w, field, row,
                    workers: int, conv_units: int, half: bool, half_partials: bool,
-                   coeff_load_bytes: int, filter_height: int = 1):
+                   coeff_load_bytes: int, filter_height: int = 1, zero_field=None):
     """One tile's ConvPartialnx1 vertex (partials zeroed first) for its share of a convolution.
 
     ``groups``, ``in_groups``, ``out_groups``: conv groups and channel groups (of the vertex's
     in/out channel grouping) on the tile; ``out_passes``: output-channel passes per group
     (out channels per group / conv units); ``field``: output elements (batch x rows x columns)
     on the tile, ``row`` the elements per row; ``kernel_h`` counts rows of ``filter_height``
-    kernel rows (channels fewer than a conv unit's weights fill it with kernel rows).
+    kernel rows (channels fewer than a conv unit's weights fill it with kernel rows). ``zero_field``:
+    the output elements zeroed when more than ``field`` (a dilated input: each kernel position
+    reaches only ``field`` of them).
     """
     hh16 = half and half_partials and conv_units == 16
     per_worker = [_nx1_worker(e, n, half, half_partials, hh16) for e, n in worker_rows(field, row, workers)]
@@ -118,7 +120,8 @@ def amp_nx1_cycles(groups, in_groups, out_groups, out_passes, kernel_h, kernel_w
     supervisor = (NX1_SUPERVISOR_BASE + workers * NX1_RETENTION_SAVING + workers * zero_saving
                   + groups * (out_groups * 17 + (out_groups - 1) * 6 + 1) + (groups - 1) * 6 + 1
                   + groups * (16 + in_groups * (14 + out_groups * (14 + inner))))
-    zeroing = zero_cycles(np.asarray(field) * out_passes * conv_units, groups * out_groups, workers, half_partials)
+    zeroed = field if zero_field is None else zero_field
+    zeroing = zero_cycles(np.asarray(zeroed) * out_passes * conv_units, groups * out_groups, workers, half_partials)
     return supervisor + zeroing
 
 

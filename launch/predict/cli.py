@@ -9,6 +9,7 @@
     poprun-ipu profile --config g16-b4-pod64 --precision 16.32 --out docs/img   # table + PNG
     poprun-ipu validate                                      # components and ResNet-50 vs public figures
     poprun-ipu validate --sensitivity [--preset NAME ...]    # each assumed constant at x0.5 and x1.5
+    poprun-ipu validate --ops [--chip mk1|mk2]               # each layer kind vs poplibs' IPU Model cycles
 
 ``--config NAME`` (an entry of ``launch/train/configs.yml`` or ``file.yml[:name]``) with ``--set key=value``
 takes the keys and the validation of ``poprun-train``; ``--preset NAME`` starts from an ``ipu.plan`` preset.
@@ -32,8 +33,8 @@ from pathlib import Path
 from ipu.plan import PRESETS, load_profile
 from ipu.specs import CHIPS
 from launch.predict.base import Base, base_plan
-from launch.predict.commands import (predict_plans, predict_presets, profile_plan, profile_preset, show_sensitivity,
-                                     validate)
+from launch.predict.commands import (predict_plans, predict_presets, profile_plan, profile_preset, show_op_checks,
+                                     show_sensitivity, validate)
 from launch.predict.sweep import PLAN_OPTIONS, UsageError, parse_grid
 from launch.train.onnx_source import open_onnx
 
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--top", type=int, default=25, help="layers per IPU in the table, most expensive first (0: all)")
     v.add_argument("--sensitivity", action="store_true",
                    help="instead: how each assumed constant at x0.5 and x1.5 moves each preset's step time")
+    v.add_argument("--ops", action="store_true",
+                   help="instead: every layer kind against poplibs' IPU Model benchmark table, per kind and row")
     v.add_argument("--preset", action="append", choices=sorted(PRESETS), dest="presets",
                    help="with --sensitivity: only this preset (repeatable; default: every preset)")
     v.add_argument("--chip", choices=sorted(CHIPS), help="the IPU (default: all)")
@@ -90,6 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _validate(args) -> int:
+    if args.ops:
+        if args.sensitivity or args.presets:
+            raise UsageError("--ops checks single ops against poplibs' table, not presets: drop --sensitivity/--preset")
+        if args.chip == "bow":
+            raise UsageError("--ops --chip bow: poplibs' table has IPU Model rows for mk1 and mk2 only; "
+                             "use --chip mk2 (Bow's tile is the same)")
+        return show_op_checks(args.chip, args.json)
     if args.sensitivity:
         return show_sensitivity(args.presets or sorted(PRESETS), args.chip, args.json)
     if args.presets:

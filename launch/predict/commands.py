@@ -144,6 +144,23 @@ def validate(chip: str | None, as_json: bool) -> int:
     return 0
 
 
+def show_op_checks(chip: str | None, as_json: bool) -> int:
+    """``validate --ops``: every layer kind against poplibs' IPU Model benchmark table."""
+    from ipu.cost.evidence.poplibs_benchmarks import SOURCE
+    from ipu.cost.op_validation import checks, format_rows, format_summary, summarise
+
+    rows = checks(chip)
+    summary = summarise(rows)
+    if as_json:
+        print(json.dumps(ipu_text.op_validation_dict(rows, summary), indent=1))
+    else:
+        print(f"Per kind of op, the model's cycles over the IPU Model's ({SOURCE}):")
+        print(format_summary(summary))
+        print("\nPer benchmark:")
+        print(format_rows(rows))
+    return 0
+
+
 def show_sensitivity(presets: Sequence[str], chip: str | None, as_json: bool) -> int:
     """``validate --sensitivity``: how each assumed constant at x0.5 and x1.5 moves each preset's step time."""
     from ipu.cost.sensitivity import FACTORS, format_sensitivity, sensitivity

@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from ipu.cost import collectives, mlperf_v11
+from ipu.cost import collectives
+from ipu.cost.evidence import mlperf_v11
 from ipu.cost.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES
 from ipu.cost.prediction import predict, stage_costs
 from ipu.pipeline.split import split_stages

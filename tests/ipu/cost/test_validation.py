@@ -2,7 +2,7 @@
 
 import pytest
 
-from ipu.cost import jia2019, mlperf_v11
+from ipu.cost.evidence import jia2019, mlperf_v11
 from ipu.cost.validation import PUBLISHED, components, format_components
 
 
@@ -51,7 +51,7 @@ def test_jia_components_not_found_stay_marked_as_such():
 
 
 def test_hardware_measurements_give_the_compute_set_range_and_the_triad_rate():
-    from ipu.cost import hardware_measurements as hw
+    from ipu.cost.evidence import hardware_measurements as hw
 
     intercept, slope = hw.zero_work_intercept()  # least squares through (1, 3905) ... (5, 18505)
     assert slope == pytest.approx(3650.2) and intercept == pytest.approx(11205 - 3 * 3650.2)
@@ -71,7 +71,7 @@ def test_hardware_measurements_give_the_compute_set_range_and_the_triad_rate():
 
 
 def test_the_profilers_own_cycles_inside_a_block_follow_from_the_nested_example():
-    from ipu.cost import hardware_measurements as hw
+    from ipu.cost.evidence import hardware_measurements as hw
 
     assert hw.in_block_instrumentation_cycles() == 3623 - 7238 / 2  # 4 cycles
     assert hw.compute_set_fixed_cycles_equal_ops() == pytest.approx(254.4 - 4)

@@ -99,3 +99,21 @@ def test_all_takes_no_plan_options(capsys):
 def test_a_config_of_your_own_network_asks_for_onnx(capsys):
     assert predict.main(["predict", "--config", "dense", "--set", "model.onnx=my.onnx"]) == 2
     assert "model.onnx=my.onnx is your own network: add --onnx my.onnx" in capsys.readouterr().err
+
+
+def test_validate_ops_prints_each_kind_against_poplibs_table_as_json(capsys):
+    assert predict.main(["validate", "--ops", "--chip", "mk2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    kinds = {k["kind"]: k for k in out["kinds"]}
+    assert {"1x1", "conv strided", "depthwise strided", "matmul", "reduction"} <= set(kinds)
+    assert all(k["chip"] == "mk2" for k in out["kinds"])
+    unexpressed = [r for r in out["rows"] if r["model"] is None]
+    assert [r["benchmark"] for r in unexpressed] == ["conv_5x200_1_in_100_out_bs1440"]
+    assert "expandDims" in unexpressed[0]["reason"]
+
+
+@pytest.mark.parametrize("args, words", [(["--ops", "--chip", "bow"], "mk1 and mk2 only"),
+                                         (["--ops", "--sensitivity"], "drop --sensitivity")])
+def test_validate_ops_refuses_what_the_table_cannot_answer(args, words, capsys):
+    assert predict.main(["validate", *args]) == 2
+    assert words in capsys.readouterr().err
