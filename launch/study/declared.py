@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from launch.study.meta import portable
+
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
     try:
@@ -96,4 +98,29 @@ def check_rows(path: Path, name: str, rows: list[dict]) -> DeclarationCheck:
     return DeclarationCheck(commit, date, uncommitted, tuple(sorted(before)), tuple(sorted(unknown)))
 
 
-__all__ = ["DeclarationCheck", "check_rows", "declaration", "declaration_commit"]
+def declaration_lines(study, rows: list[dict]) -> list[str]:
+    """The report's line on whether the claims were declared (committed) before every row was trained."""
+    if not study.claims or not study.source:
+        return []
+    check = check_rows(Path(study.source), study.name, rows)
+    where = f"`{portable(str(study.source))}`"
+    if check.why:
+        return [f"- Declaration: **not checked** ({check.why}): read the verdicts as post hoc."]
+    head = f"- Declaration: the claims and tie rules as judged here were committed to {where} at `{check.commit[:12]}` " \
+           f"({check.date})"
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if check.ok:
+        return [head + f"; all {len(ok)} finished rows trained at that commit or after it: declared before the rows."]
+    issues = []
+    if check.uncommitted:
+        issues.append("the study file has uncommitted changes to them")
+    if check.before:
+        issues.append(f"{len(check.before)} of {len(ok)} rows trained before it (the study file was edited after "
+                      "its rows)")
+    if check.unknown:
+        issues.append(f"{len(check.unknown)} rows name a commit not in this history")
+    return [head + "; **flagged**: " + "; ".join(issues) + ". Read the verdicts as post hoc until the study runs "
+            "again under this declaration."]
+
+
+__all__ = ["DeclarationCheck", "check_rows", "declaration", "declaration_commit", "declaration_lines"]

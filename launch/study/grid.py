@@ -225,9 +225,6 @@ def _check(study: Study, where: str) -> None:
     for ties in {study.ties, *(a.ties for a in study.arms if a.ties)}:
         if ties not in TIE_RULES:
             raise ValueError(f"{where}: ties={ties!r} must be one of {', '.join(TIE_RULES)}")
-    if study.claims and sum(c.primary for c in study.claims) != 1:
-        raise ValueError(f"{where}.claims: mark exactly one claim primary: true (found "
-                         f"{sum(c.primary for c in study.claims)}); the others are Holm-corrected as one family")
     if not 0.0 < study.validation_fraction < 1.0:
         raise ValueError(f"{where}.validation_fraction={study.validation_fraction!r} must be in (0, 1): every choice is "
                          "made on a validation split carved from the training images, the test split is reported")
@@ -247,6 +244,9 @@ def _check(study: Study, where: str) -> None:
                 raise ValueError(f"{where}.claims[{i}]: arm {arm!r} is not one of {', '.join(names)}")
             if batch and batch not in study.arm(arm).batches:
                 raise ValueError(f"{where}.claims[{i}]: arm {arm!r} has batches {list(study.arm(arm).batches)}, not {batch}")
+    if study.claims and sum(c.primary for c in study.claims) != 1:
+        raise ValueError(f"{where}.claims: mark exactly one claim primary: true (found "
+                         f"{sum(c.primary for c in study.claims)}); the others are Holm-corrected as one family")
 
 
 def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:

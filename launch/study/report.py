@@ -21,7 +21,7 @@ import numpy as np
 from launch.study import plots as study_plots
 from launch.study.grid import Group, Study, groups, scaling_source, sweep_candidates
 from launch.study.stats import Interval, difference_interval, mean_interval
-from launch.study.declared import check_rows
+from launch.study.declared import declaration_lines
 from launch.study.notes import expand_notes
 from launch.study.sweep import choose_lr, chosen_rates, resolution, tied_rates, validation_images
 from launch.study.verdicts import claim_lines, judge_claims
@@ -244,9 +244,11 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
     if sweep:
         text += ["", f"{h}# Learning-rate sweeps", "", f"Each candidate trained once with the sweep seed "
                  f"{study.sweep_seed}; the best final accuracy on the validation split (carved from the training "
-                 "images) was chosen, and the chosen rate trained again on the fresh seeds "
-                 f"{', '.join(map(str, study.seeds))}, which alone make the results above (the sweep's runs are not "
-                 "in their means, and their test split is never evaluated).", "", *sweep]
+                 "images) was chosen under the arm's tie rule (candidates less than the validation split's resolution, "
+                 "one binomial standard error of the best's accuracy, below the best are tied with it), and the chosen "
+                 "rate, or under ties: keep each tied rate, trained again on the arm's fresh seeds, which alone make "
+                 "the results above (the sweep's runs are not in their means, and their test split is never "
+                 "evaluated).", "", *sweep]
     pictures = [(name, link) for name, link in images.items()]
     if pictures:
         text += ["", f"{h}# Pictures", ""] + [f"![{name}]({link})" for name, link in pictures]
@@ -259,7 +261,8 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
 
 def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int) -> list[str]:
     path = next((local_path(r["config"]["data"]["path"]) for r in rows if r.get("config")), "")
-    data = data_description(path, study.validation_fraction, study.split_seed) if path and Path(path).exists() else {}
+    data = data_description(path, study.validation_fraction, study.split_seed) if path and Path(path).exists() else \
+        _data_from_rows(rows)
     sessions = meta.get("sessions", [])
     lines = [f"- Runs: {ok} finished, {len(rows) - ok} failed; grid: {len(study.variants)} variant(s), arms "
              + ", ".join(f"{a.label} (batches {', '.join(map(str, a.batches))}; lr {a.lr.mode}; fresh seeds "
@@ -269,11 +272,14 @@ def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int
              "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target "
              "is the run's CPU seconds pro rata by updates)."]
     if data:
-        lines.append(f"- Data: `{_shown_path(data['path'])}` ({data['classes']} classes, images "
-                     f"{tuple(data['image_shape'])}): {data['train_images']:,} training images; validation: "
-                     f"{data['validation_images']:,} carved from the file's training images ({study.validation_fraction:g} "
-                     f"of each class, split seed {study.split_seed}), every choice made on it; test: the file's "
-                     f"{data['test_images']:,} held-out images, evaluated once at the end of the fresh-seed runs only.")
+        what = ("counts from the rows: the file is not on this machine" if data.get("from_rows") else
+                f"{data['classes']} classes, images {tuple(data['image_shape'])}")
+        shown = data["path"] if data.get("from_rows") else _shown_path(data["path"])
+        lines.append(f"- Data: `{shown}` ({what}): {data['train_images']:,} training images; "
+                     f"validation: {data['validation_images']:,} carved from the file's training images "
+                     f"({study.validation_fraction:g} of each class, split seed {study.split_seed}), every choice made "
+                     f"on it; test: the file's {data['test_images']:,} held-out images, evaluated once at the end of "
+                     "the fresh-seed runs only.")
     lines += provenance_lines(rows)
     lines += declaration_lines(study, rows)
     lines.append(f"- CPU time: {cpu:,.0f} s ({cpu / 3600:.2f} h) over all runs (process CPU seconds, all threads).")
@@ -311,36 +317,22 @@ def provenance_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _data_from_rows(rows: list[dict]) -> dict:
+    """The Data line's counts from the rows, where the dataset file is not on this machine."""
+    from launch.study.sweep import validation_images
+
+    row = next((r for r in rows if r.get("status") == "ok" and r.get("test_images") and r.get("config")), None)
+    if row is None:
+        return {}
+    return {"path": row["config"]["data"]["path"], "train_images": row["train_images"],
+            "validation_images": validation_images(row), "test_images": row["test_images"], "from_rows": True}
+
+
 def _seed_text(seeds) -> str:
     seeds = list(seeds)
     if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
         return f"{seeds[0]}-{seeds[-1]} (n = {len(seeds)})"
     return f"{', '.join(map(str, seeds))} (n = {len(seeds)})"
-
-
-def declaration_lines(study: Study, rows: list[dict]) -> list[str]:
-    """Whether the claims were declared (committed) before every row was trained (``launch.study.declared``)."""
-    if not study.claims or not study.source:
-        return []
-    check = check_rows(Path(study.source), study.name, rows)
-    where = f"`{_shown_path(study.source)}`"
-    if check.why:
-        return [f"- Declaration: **not checked** ({check.why}): read the verdicts as post hoc."]
-    head = f"- Declaration: the claims and tie rules as judged here were committed to {where} at `{check.commit[:12]}` " \
-           f"({check.date})"
-    ok = [r for r in rows if r.get("status") == "ok"]
-    if check.ok:
-        return [head + f"; all {len(ok)} finished rows trained at that commit or after it: declared before the rows."]
-    issues = []
-    if check.uncommitted:
-        issues.append("the study file has uncommitted changes to them")
-    if check.before:
-        issues.append(f"{len(check.before)} of {len(ok)} rows trained before it (the study file was edited after "
-                      "its rows)")
-    if check.unknown:
-        issues.append(f"{len(check.unknown)} rows name a commit not in this history")
-    return [head + "; **flagged**: " + "; ".join(issues) + ". Read the verdicts as post hoc until the study runs "
-            "again under this declaration."]
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -62,8 +62,8 @@ def judge_claims(study: Study, summaries, variant) -> list[ClaimResult]:
     for claim in study.claims:
         pairs = tuple(itertools.product(_find(summaries, variant, claim.arm, claim.batch),
                                         _find(summaries, variant, claim.reference, claim.reference_batch)))
-        pairs = tuple((a, b) for a, b in pairs if a.rows and b.rows)
-        tests = [_test(claim, a, b) for a, b in pairs]
+        tests = [_test(claim, a, b) if a.rows and b.rows else (Interval(math.nan, math.nan, 0, math.nan, math.nan),
+                                                                (1.0, "undecided")) for a, b in pairs]
         found.append((claim, pairs, tuple(t[0] for t in tests), across_ties([t[1] for t in tests])))
     judged = corrected([c for c, *_ in found], [t for *_, t in found])
     return [ClaimResult(i + 1, c, pairs, w, t[0], t[1], jp, v)
@@ -90,7 +90,8 @@ def claim_lines(study: Study, summaries, variant, alternates=()) -> list[str]:
                 f"{study.arm(c.reference).label} (batch {b.group.batch if b else '?'}), {split} accuracy")
         measured = "; ".join(
             f"{_pts(w)} (Welch, {len(x.rows)} and {len(y.rows)} seeds{_rates(x, y, len(r.pairs))})"
-            for w, (x, y) in zip(r.welch, r.pairs) if math.isfinite(w.low)) or \
+            if math.isfinite(w.low) else f"not measured{_rates(x, y, len(r.pairs))[1:]} (missing runs, or fewer than two "
+            "seeds on a side)" for w, (x, y) in zip(r.welch, r.pairs)) or \
             "not measured (missing runs, or fewer than two seeds on a side)"
         p = "" if r.side == "undecided" else (f"; p = {r.p:.3g} toward {r.side}" + (
             f", Holm-adjusted {r.judged_p:.3g}" if not c.primary else ""))
@@ -98,7 +99,7 @@ def claim_lines(study: Study, summaries, variant, alternates=()) -> list[str]:
                      f"{measured}{p} -> **{r.verdict}**: {verdict_phrase(r.verdict)} at {100 * (1 - ALPHA):.0f} %"
                      f"{'' if c.primary else ' within its family'}.")
         lines += ["  - " + x for x in margin_lines(c, r.pairs)]
-        lines += ["  - " + x for x in paired_lines(c, r.pairs)]
+        lines += ["  - " + x for x in dict.fromkeys(paired_lines(c, r.pairs))]
         lines += ["  - " + x for x in tie_lines(study, c, r, summaries, variant, alternates)]
     return lines
 
@@ -112,12 +113,13 @@ def margin_lines(claim: Claim, pairs) -> list[str]:
     margins = sorted({abs(b) for b in claim.bounds() if math.isfinite(b)})
     src = claim.margin_from or "not stated in studies.yml"
     rows = [row for a, b in pairs[:1] for row in (*a.rows, *b.rows) if row.get("test_images")]
+    head = f"Margin {', '.join(f'{m:g}' for m in margins)} point{'' if margins == [1.0] else 's'}: {src}"
     if claim.metric != "test_accuracy" or not rows:
-        return [f"Margin {', '.join(f'{m:g}' for m in margins)} points: {src}."]
+        return [head + "."]
     acc = float(np.mean([row["test_accuracy"] for row in rows]))
     res = 100 * resolution(acc, int(rows[0]["test_images"]))
     below = [m for m in margins if 0 < m < res]
-    return [f"Margin {', '.join(f'{m:g}' for m in margins)} points: {src}. The test split resolves {res:.2f} points "
+    return [head + f". The test split resolves {res:.2f} points "
             f"(one binomial standard error of {100 * acc:.1f} % on {int(rows[0]['test_images']):,} images)"
             + (": the margin lies below it, finer than one evaluation can show." if below else ".")]
 
@@ -165,6 +167,8 @@ def paired_lines(claim: Claim, pairs) -> list[str]:
     if claim.metric != "test_accuracy":
         return lines
     for a, b in pairs:
+        if not (a.rows and b.rows):
+            continue
         (ca, why_a), (cb, why_b) = correctness(a.rows), correctness(b.rows)
         if ca is None or cb is None:
             lines.append(f"Paired comparison unavailable: {why_a or why_b}.")
