@@ -101,6 +101,7 @@ def claim_lines(study: Study, summaries, variant, alternates=()) -> list[str]:
         lines += ["  - " + x for x in margin_lines(c, r.pairs)]
         lines += ["  - " + x for x in dict.fromkeys(paired_lines(c, r.pairs))]
         lines += ["  - " + x for x in tie_lines(study, c, r, summaries, variant, alternates)]
+        lines.append("  - " + power_text(study, summaries, variant, c))
     return lines
 
 
@@ -113,7 +114,8 @@ def margin_lines(claim: Claim, pairs) -> list[str]:
     margins = sorted({abs(b) for b in claim.bounds() if math.isfinite(b)})
     src = claim.margin_from or "not stated in studies.yml"
     rows = [row for a, b in pairs[:1] for row in (*a.rows, *b.rows) if row.get("test_images")]
-    head = f"Margin {', '.join(f'{m:g}' for m in margins)} point{'' if margins == [1.0] else 's'}: {src}"
+    head = (f"No margin ({src})" if margins == [0.0] else
+            f"Margin {', '.join(f'{m:g}' for m in margins)} point{'' if margins == [1.0] else 's'}: {src}")
     if claim.metric != "test_accuracy" or not rows:
         return [head + "."]
     acc = float(np.mean([row["test_accuracy"] for row in rows]))
@@ -221,7 +223,7 @@ def planning_spread(study: Study, summaries, variant, claim: Claim, rows_from: s
               for s in _find(summaries, variant, arm, batch)[:1]]
     sd, used = pooled_sd([list(g) for g in groups])
     if used == 2:
-        return sd, f"pooled over the fresh seeds of both arms on record ({sum(len(g) for g in groups)} rows, {rows_from})"
+        return sd, f"pooled over both arms' {sum(len(g) for g in groups)} fresh-seed rows {rows_from}"
     return study.spread, (f"declared: {study.spread_from}" if study.spread_from else "declared in studies.yml")
 
 
@@ -235,22 +237,24 @@ def power_lines(study: Study, rows: list[dict], out: Path | str = "") -> list[st
     lines = [f"Power of {study.name}'s claims for the planned seeds (P(holds) + P(refuted) = the chance the study "
              "decides the claim; Welch intervals; the primary at 95 %, a secondary at the Bonferroni level of its "
              "family):"]
-    for i, c in enumerate(study.claims, 1):
-        n_a, n_b = len(study.seeds_of(study.arm(c.arm))), len(study.seeds_of(study.arm(c.reference)))
-        head = f"  claim {i} ({'primary' if c.primary else 'secondary'}, {c.region()}, seeds {n_a} and {n_b}): "
-        if c.effect is None:
-            lines.append(head + "no effect stated (effect: in studies.yml): power not computed.")
-            continue
-        sd, sd_from = planning_spread(study, summaries, variant, c, f"in {out}" if out else "on record")
-        if not (math.isfinite(sd) and sd > 0) or n_a < 2 or n_b < 2:
-            lines.append(head + f"effect {c.effect:+g} points ({c.effect_from}); no spread to plan with (spread: in "
-                         "studies.yml) or fewer than 2 seeds an arm: power not computed.")
-            continue
-        pw = claim_power(c, c.effect, sd, n_a, n_b, claim_level(c, study.claims))
-        lines.append(head + f"effect {c.effect:+g} points ({c.effect_from}); spread {sd:.2f} points ({sd_from}); "
-                     f"at {100 * pw.level:.1f} %: P(holds) {pw.holds:.2f}, P(refuted) {pw.refuted:.2f}, "
-                     f"power {pw.decided:.2f}.")
-    return lines
+    where = f"in {out}" if out else "on record"
+    return lines + [f"  claim {i} ({'primary' if c.primary else 'secondary'}, {c.region()}): "
+                    + power_text(study, summaries, variant, c, where) for i, c in enumerate(study.claims, 1)]
+
+
+def power_text(study: Study, summaries, variant, c: Claim, where: str = "on record") -> str:
+    """One claim's power for the planned seeds of its two arms, with where the effect and the spread come from."""
+    n_a, n_b = len(study.seeds_of(study.arm(c.arm))), len(study.seeds_of(study.arm(c.reference)))
+    head = f"Power for the planned {n_a} and {n_b} fresh seeds: "
+    if c.effect is None:
+        return head + "no effect stated (effect: in studies.yml), not computed."
+    sd, sd_from = planning_spread(study, summaries, variant, c, where)
+    if not (math.isfinite(sd) and sd > 0) or n_a < 2 or n_b < 2:
+        return head + (f"effect {c.effect:+g} points ({c.effect_from}); no spread to plan with (spread: in studies.yml) "
+                       "or fewer than 2 seeds an arm, not computed.")
+    pw = claim_power(c, c.effect, sd, n_a, n_b, claim_level(c, study.claims))
+    return head + (f"effect {c.effect:+g} points ({c.effect_from}); spread {sd:.2f} points ({sd_from}); at "
+                   f"{100 * pw.level:.1f} %: P(holds) {pw.holds:.2f}, P(refuted) {pw.refuted:.2f}, power {pw.decided:.2f}.")
 
 
 __all__ = ["ClaimResult", "claim_lines", "judge_claims", "power_lines", "verdict_phrase"]

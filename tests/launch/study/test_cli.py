@@ -145,7 +145,7 @@ def test_the_progress_count_follows_the_plan_not_the_rows_on_record(tmp_path, ca
     assert len(progress) == 1 and progress[0].startswith("Point 3/3 seeds") and "0 left after it" in progress[0]
     assert "3 points (3 rows already on record)" in caplog.text
     points = (out / "results.md").read_text()
-    assert f"| {orphan['id']} (superseded: a widened sweep chose another rate) | seeds |" in points
+    assert f"| {orphan['id']} (superseded: the sweep chose another rate) | seeds |" in points
     assert f"| {seed['id']} | seeds |" in points
 
 
