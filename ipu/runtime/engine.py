@@ -301,23 +301,33 @@ class Engine:
                 "config or code version on some instance, or hardware faults")
 
     # -- evaluation ----------------------------------------------------------------------
-    def evaluate(self, batches, use_ema: bool = False) -> tuple[float, float, int]:
+    def evaluate(self, batches, use_ema: bool = False,
+                 predictions: np.ndarray | None = None) -> tuple[float, float, int]:
         """Mean loss, accuracy and sample count over an evaluation loader, reduced over instances.
 
-        Each replica evaluates its share with its own batch-norm statistics.
+        Each replica evaluates its share with its own batch-norm statistics. ``predictions``: an integer
+        array with one entry per sample of the loader's dataset, filled on every instance with each
+        sample's predicted class (top-1), by sample id.
         """
         local = ReplicaResult()
+        mine = None if predictions is None else np.zeros(len(predictions), np.int64)  # class + 1; 0: not mine
         ctx = self.ema.averaged() if (use_ema and self.ema is not None) else contextlib.nullcontext()
         rounded = self.emulation.compute_weights() if self.emulation is not None else contextlib.nullcontext()
         with ctx, rounded:  # not timed: evaluation is no part of the update time
             for batch in batches:
                 for r, replica in enumerate(self.replicas):
-                    local += replica.evaluate(batch.images[r], batch.labels[r], batch.mask[r])
+                    out = None if mine is None else np.zeros(batch.labels[r].shape, np.int64)
+                    local += replica.evaluate(batch.images[r], batch.labels[r], batch.mask[r], out)
+                    if out is not None:
+                        keep = np.asarray(batch.mask[r], bool)
+                        mine[batch.sample_ids[r][keep]] = out[keep] + 1
                 report_progress("evaluating")
         totals = self.comm.allreduce(np.array([local.loss_sum, local.correct, local.count], np.float64), op="sum")
         count = int(totals[2])
         if count == 0:
             raise ValueError("evaluation saw no samples: the validation split is empty")
+        if mine is not None:  # every sample is evaluated once, by one replica of one instance
+            predictions[:] = self.comm.allreduce(mine, op="sum") - 1
         return float(totals[0] / count), float(totals[1] / count), count
 
     # -- replica-local state across instances --------------------------------------------

@@ -60,7 +60,8 @@ class Replica(Protocol):
     def run_from(self, feed: ReplicaFeed, *, step: int, grads: Sequence[np.ndarray],
                  loss_scale: float) -> ReplicaResult: ...
 
-    def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult: ...
+    def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray,
+                 predicted: np.ndarray | None = None) -> ReplicaResult: ...
 
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
@@ -232,8 +233,10 @@ class _ReplicaBase:
                 else:
                     g += partial
 
-    def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> ReplicaResult:
-        """Loss and top-1 of the masked samples, inference mode, this replica's statistics."""
+    def evaluate(self, images: np.ndarray, labels: np.ndarray, mask: np.ndarray,
+                 predicted: np.ndarray | None = None) -> ReplicaResult:
+        """Loss and top-1 of the masked samples, inference mode, this replica's statistics; ``predicted``
+        (shaped like ``labels``): each masked sample's predicted class written into it."""
         total = ReplicaResult()
         with replica_state(self.model, self._state):
             for a in range(images.shape[0]):
@@ -245,7 +248,10 @@ class _ReplicaBase:
                     self.half.round_(x)
                 logits = self.model.forward(x, training=False)[keep]
                 loss, _ = softmax_cross_entropy(logits, labels[a][keep])
-                correct = int(np.count_nonzero(logits.argmax(axis=1) == labels[a][keep]))
+                top = logits.argmax(axis=1)
+                if predicted is not None:
+                    predicted[a][keep] = top
+                correct = int(np.count_nonzero(top == labels[a][keep]))
                 total += ReplicaResult(loss * len(logits), correct, len(logits))
         return total
 

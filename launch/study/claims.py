@@ -7,6 +7,12 @@ both (a band). Its verdict comes from the 95 % Welch interval of ``d``:
 * **holds**: the whole interval lies inside the claimed region,
 * **refuted**: the whole interval lies outside it,
 * **undecided**: the interval straddles a bound (or fewer than two seeds on a side).
+
+Each claim also says where its bound comes from (``margin_from``: the source's own claim, or the test
+split's resolution, ``launch.study.sweep.resolution``), and may state the effect it is planned for
+(``effect``, points, with ``effect_from``: where that number comes from) for the power of its seeds
+(``launch.study.power``). One claim per study is ``primary``; the others are one family, Holm-corrected
+(``launch.study.holm``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,14 @@ class Claim:
     below: float | None = None
     metric: str = "test_accuracy"
     says: str = ""
+    primary: bool = False
+    margin_from: str = ""  # where the bound comes from
+    effect: float | None = None  # the difference (points) the seeds are planned to decide
+    effect_from: str = ""
+
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) of the claimed region in points (infinite where open)."""
+        return (-math.inf if self.above is None else self.above, math.inf if self.below is None else self.below)
 
     def region(self) -> str:
         if self.above is not None and self.below is not None:
@@ -38,10 +52,11 @@ class Claim:
 
 
 def claim_from_dict(raw: dict, where: str) -> Claim:
-    unknown = sorted(set(raw) - {"arm", "reference", "batch", "reference_batch", "above", "below", "metric", "says"})
+    keys = ("arm", "reference", "batch", "reference_batch", "above", "below", "metric", "says", "primary", "margin_from",
+            "effect", "effect_from")
+    unknown = sorted(set(raw) - set(keys))
     if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; a claim has arm, reference, batch, reference_batch, "
-                         "above, below (points), metric, says")
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; a claim has {', '.join(keys)}")
     if "arm" not in raw or "reference" not in raw:
         raise ValueError(f"{where}: a claim names an arm and its reference arm")
     if raw.get("above") is None and raw.get("below") is None:
@@ -50,7 +65,12 @@ def claim_from_dict(raw: dict, where: str) -> Claim:
                   reference_batch=int(raw.get("reference_batch", 0)),
                   above=None if raw.get("above") is None else float(raw["above"]),
                   below=None if raw.get("below") is None else float(raw["below"]),
-                  metric=str(raw.get("metric", "test_accuracy")), says=str(raw.get("says", "")).strip())
+                  metric=str(raw.get("metric", "test_accuracy")), says=str(raw.get("says", "")).strip(),
+                  primary=bool(raw.get("primary", False)), margin_from=str(raw.get("margin_from", "")).strip(),
+                  effect=None if raw.get("effect") is None else float(raw["effect"]),
+                  effect_from=str(raw.get("effect_from", "")).strip())
+    if claim.effect is not None and not claim.effect_from:
+        raise ValueError(f"{where}: effect {claim.effect:g} needs effect_from (where the planned difference comes from)")
     if claim.metric not in METRICS:
         raise ValueError(f"{where}.metric={claim.metric!r} must be one of {', '.join(METRICS)}")
     if claim.above is not None and claim.below is not None and not claim.above < claim.below:
@@ -63,8 +83,7 @@ def judge(claim: Claim, d: Interval) -> str:
     lo, hi = 100 * d.low, 100 * d.high
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "undecided"
-    bounds_lo = -math.inf if claim.above is None else claim.above
-    bounds_hi = math.inf if claim.below is None else claim.below
+    bounds_lo, bounds_hi = claim.bounds()
     if bounds_lo < lo and hi < bounds_hi:
         return "holds"
     if hi <= bounds_lo or lo >= bounds_hi:

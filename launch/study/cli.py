@@ -4,6 +4,7 @@
     poprun-study sgd-vs-adam --quick                         # a tiny grid, a few updates (the tests)
     poprun_py --num-instances 2 --num-replicas 2 poprun-study sgd-vs-adam
     poprun-study sgd-vs-adam --report                        # tables and pictures from the rows so far
+    poprun-study lars-large-batch --power                    # each claim's power for the planned seeds
     poprun-study sgd-vs-adam lars-large-batch --docs docs/studies.md
 
 Every point of the grid is a real training run (``launch.study.point``) written as one JSON row
@@ -13,6 +14,7 @@ configuration: ``launch.study.provenance``) matches the point as it would train 
 again (``--reuse-stale`` reuses it with a warning naming what differs). So a killed study continues
 where it stopped (a killed point resumes from its last epoch, its CPU seconds summed over both parts);
 a point that fails is recorded with its error and the study goes on (``--retry-failed`` runs those again).
+Before training it prints each claim's power for the planned seeds (``launch.study.verdicts``).
 At the end: the trajectories picture and ``DIR/results.md`` with the pictures (``launch.study.report``).
 Under ``poprun_py`` every instance runs the same points; instance 0 decides and writes.
 """
@@ -37,9 +39,10 @@ import numpy as np
 
 import poprun_py as popdist
 from launch.study import meta as study_meta, report as study_report
-from launch.study.grid import (STUDIES_FILE, Group, Point, Study, choose_lr, count_points, groups, load_study,
-                               make_point, points_in_group, scaling_source, sweep_candidates, widened_candidate,
-                               with_replicas)
+from launch.study.grid import (STUDIES_FILE, Group, Point, Study, count_points, groups, load_study, make_point,
+                               points_in_group, scaling_source, sweep_candidates, with_replicas)
+from launch.study.sweep import choose_lr, chosen_rates, widened_candidate
+from launch.study.verdicts import power_lines
 from launch.study.meta import RESULTS, portable, read_rows
 from launch.study.point import point_config, run_point
 from launch.study.provenance import code_state, file_sha256, mismatches
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the study's quick variant: a tiny grid, a few updates")
     p.add_argument("--out", default=None, help="results folder (default runs/studies/NAME[-quick]); one study only")
     p.add_argument("--report", action="store_true", help="only write results.md and the pictures from the rows")
+    p.add_argument("--power", action="store_true", help="only print each claim's power for the planned seeds")
     p.add_argument("--docs", default=None, metavar="FILE.md", help="write a document over the named studies' "
                    "results (pictures copied next to it); trains nothing")
     p.add_argument("--seeds", default=None, metavar="S,S,...",
@@ -89,9 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 study = with_replicas(study, dist.num_total_replicas)
             if args.seeds:
                 study = only_seeds(study, args.seeds)
-            if args.report:
+            if args.report or args.power:
                 if dist.instance_index == 0:
-                    print(study_report.write_report(study, out, read_rows(out)))
+                    print("\n".join(power_lines(study, read_rows(out), out)) if args.power
+                          else study_report.write_report(study, out, read_rows(out)))
                 continue
             run_study(study, out, popdist.get_comm(), dist, args.retry_failed, _command_line(argv), args.reuse_stale)
         return 0
@@ -106,11 +111,12 @@ def only_seeds(study: Study, text: str) -> Study:
         wanted = {int(s) for s in text.split(",") if s.strip()}
     except ValueError:
         raise ValueError(f"--seeds {text!r}: give comma-separated integers, e.g. --seeds 1,2") from None
-    unknown = sorted(wanted - set(study.seeds))
+    unknown = sorted(wanted - set(study.all_seeds))
     if unknown or not wanted:
-        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has fresh seeds {list(study.seeds)} (the sweep "
-                         f"seed {study.sweep_seed} trains the sweeps in any case)")
-    return replace(study, seeds=tuple(s for s in study.seeds if s in wanted))
+        raise ValueError(f"--seeds {text!r}: the study {study.name!r} has fresh seeds {list(study.all_seeds)} (the "
+                         f"sweep seed {study.sweep_seed} trains the sweeps in any case)")
+    arms = tuple(replace(a, seeds=tuple(s for s in study.seeds_of(a) if s in wanted)) for a in study.arms)
+    return replace(study, seeds=tuple(s for s in study.seeds if s in wanted), arms=arms)
 
 
 def default_out(study: Study) -> Path:
@@ -168,9 +174,10 @@ class StudyRun:
 
     def run_group(self, group: Group) -> None:
         study, rule = self.study, group.arm.lr
+        seeds, ties = study.seeds_of(group.arm), study.ties_of(group.arm)
         base_lr, base_batch, source = scaling_source(study, group, self.chosen)
         if source and base_lr is None:
-            for seed in study.seeds:
+            for seed in seeds:
                 self.skip(make_point(study, group, rule.base_lr, seed, "seeds"),
                           f"{source} has no chosen rate to scale from")
             self.chosen[group.key] = None
@@ -178,7 +185,7 @@ class StudyRun:
         candidates = sweep_candidates(study, group, base_lr, base_batch)
         if rule.factors:
             swept = [self.execute(make_point(study, group, lr, study.sweep_seed, "sweep")) for lr in candidates]
-            pick = choose_lr(swept)
+            pick = choose_lr(swept, ties)
             for _ in range(rule.widen):  # the best at an end: one more candidate beyond it, until it is inside
                 extra = None if pick is None else widened_candidate(swept, pick)
                 if extra is None:
@@ -188,20 +195,24 @@ class StudyRun:
                 candidates = sorted([*candidates, extra])
                 self.total += 1  # the progress count: one point more than the grid's
                 swept.append(self.execute(make_point(study, group, extra, study.sweep_seed, "sweep")))
-                pick = choose_lr(swept)
+                pick = choose_lr(swept, ties)
             self.chosen[group.key] = pick[0] if pick else None
             self.keep_chosen_snapshots(swept, pick[0] if pick else None)
             if pick is None:
-                for seed in study.seeds:
+                for seed in seeds:
                     self.skip(make_point(study, group, candidates[0], seed, "seeds"), "every sweep candidate failed")
                 return
-            logger.info("%s: learning rate %.4g chosen on the validation split from %s%s.", group.key, pick[0],
-                        candidates, " (at an end of the candidates)" if pick[1] else "")
-            lr = pick[0]
+            rates = chosen_rates(swept, ties)
+            self.total += len(seeds) * (len(rates) - 1)  # the progress count: a kept tie trains each rate
+            logger.info("%s: learning rate %s chosen on the validation split from %s%s (ties: %s).", group.key,
+                        ", ".join(f"{r:.4g}" for r in rates), candidates,
+                        " (at an end of the candidates)" if pick[1] else "", ties)
         else:
-            lr = self.chosen[group.key] = candidates[0]
-        for seed in study.seeds:  # fresh seeds: the reported runs, the test split evaluated at their end
-            self.execute(make_point(study, group, lr, seed, "seeds"))
+            rates = [candidates[0]]
+            self.chosen[group.key] = candidates[0]
+        for lr in rates:
+            for seed in seeds:  # fresh seeds: the reported runs, the test split evaluated at their end
+                self.execute(make_point(study, group, lr, seed, "seeds"))
 
     def expected(self, point: Point) -> dict:
         """The provenance a row of ``point`` must carry to be reused: the code and data now, its configuration."""
@@ -316,9 +327,12 @@ def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, c
         meta["sessions"][-1].update(code=state.provenance["code"], data_sha256=state.provenance["data_sha256"],
                                     split={"validation_fraction": study.validation_fraction,
                                            "split_seed": study.split_seed, "sweep_seed": study.sweep_seed,
-                                           "seeds": list(study.seeds)})
+                                           "seeds": {a.name: list(study.seeds_of(a)) for a in study.arms}})
     logger.info("Study %s: %d points (%d rows already on record) in %s; data %s.", study.name, state.total, state.recorded(),
                 out, state.data_path)
+    if lead:
+        for line in power_lines(study, list(state.rows.values()), out):
+            logger.info("%s", line)
     state.run()
     if study.trajectory is not None:
         make_trajectories(study, out, list(state.rows.values()), state.chosen, comm, dist,

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from launch.study.claims import Claim, claim_from_dict
+from launch.study.sweep import TIE_RULES, choose_lr, widened_candidate
 
 STUDIES_FILE = Path(__file__).with_name("studies.yml")
 LR_MODES = ("fixed", "linear", "sqrt", "sweep")
@@ -60,6 +61,8 @@ class Arm:
     overrides: tuple[str, ...]
     lr: LrRule
     batches: tuple[int, ...]
+    seeds: tuple[int, ...] | None = None  # this arm's fresh seeds; None: the study's
+    ties: str = ""  # how a tie of its sweep is settled (launch.study.sweep); empty: the study's
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,27 @@ class Study:
     validation_fraction: float = 0.0  # of each class of the training images, held out for the choices
     split_seed: int = 0
     update_stats_every: int = 0  # run.update_stats_every of every point (models.optim.probe); 0: off
+    ties: str = "best"  # how a sweep's tie is settled (launch.study.sweep.TIE_RULES)
+    spread: float = math.nan  # planning standard deviation of one arm's test accuracy over seeds, points
+    spread_from: str = ""  # where that spread comes from
+    source: str = ""  # the study file it was read from (the claims' declaration is checked in its git history)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a
         raise ValueError(f"study {self.name!r} has no arm {name!r}; arms are {', '.join(a.name for a in self.arms)}")
+
+    def seeds_of(self, arm: Arm) -> tuple[int, ...]:
+        """The fresh seeds ``arm`` trains its chosen configurations with."""
+        return self.seeds if arm.seeds is None else arm.seeds
+
+    def ties_of(self, arm: Arm) -> str:
+        return arm.ties or self.ties
+
+    @property
+    def all_seeds(self) -> tuple[int, ...]:
+        return tuple(sorted({s for a in self.arms for s in self.seeds_of(a)}))
 
 
 @dataclass(frozen=True)
@@ -152,7 +170,7 @@ def load_study(name: str, quick: bool = False, path: Path = STUDIES_FILE) -> Stu
     if quick:
         raw = _merge(raw, raw.get("quick") or {})
     raw.pop("quick", None)
-    return study_from_dict(name, raw, quick, where=f"{path}:{name}")
+    return replace(study_from_dict(name, raw, quick, where=f"{path}:{name}"), source=str(Path(path).resolve()))
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -164,7 +182,7 @@ def _merge(base: dict, over: dict) -> dict:
 
 _KEYS = {"title", "about", "base", "data", "set", "arms", "axes", "seeds", "replicas", "max_micro_batch",
          "target_accuracy", "pod", "reference_arm", "claims", "trajectory", "reduced", "batches", "sweep_seed",
-         "validation_fraction", "split_seed", "update_stats_every"}
+         "validation_fraction", "split_seed", "update_stats_every", "ties", "spread"}
 
 
 def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "study") -> Study:
@@ -178,6 +196,10 @@ def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "stu
     arms = tuple(_arm(k, v or {}, batches, f"{where}.arms.{k}") for k, v in raw["arms"].items())
     claims = tuple(claim_from_dict(c or {}, f"{where}.claims[{i}]") for i, c in enumerate(raw.get("claims") or []))
     traj = raw.get("trajectory")
+    spread = raw.get("spread") or {}
+    if not isinstance(spread, dict) or set(spread) - {"points", "from"}:
+        raise ValueError(f"{where}.spread={spread!r}: give {{points: SD, from: WHERE IT COMES FROM}} (the planning "
+                         "standard deviation of one arm's test accuracy over seeds)")
     study = Study(
         name=name, title=str(raw.get("title", name)), about=str(raw.get("about", "")).strip(), base=str(raw["base"]),
         data=str(raw.get("data", "")), overrides=overrides_of(raw.get("set") or {}), arms=arms,
@@ -187,7 +209,9 @@ def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "stu
         reference_arm=str(raw.get("reference_arm", "")), claims=claims,
         trajectory=TrajectorySpec(**traj) if traj else None, reduced=str(raw.get("reduced", "")).strip(), quick=quick,
         sweep_seed=int(raw.get("sweep_seed", 0)), validation_fraction=float(raw["validation_fraction"]),
-        split_seed=int(raw.get("split_seed", 0)), update_stats_every=int(raw.get("update_stats_every", 0)))
+        split_seed=int(raw.get("split_seed", 0)), update_stats_every=int(raw.get("update_stats_every", 0)),
+        ties=str(raw.get("ties", "best")), spread=float(spread.get("points", math.nan)),
+        spread_from=str(spread.get("from", "")).strip())
     _check(study, where)
     return study
 
@@ -195,9 +219,12 @@ def study_from_dict(name: str, raw: dict, quick: bool = False, where: str = "stu
 def _check(study: Study, where: str) -> None:
     if not study.seeds:
         raise ValueError(f"{where}.seeds: give at least one seed")
-    if study.sweep_seed in study.seeds:
-        raise ValueError(f"{where}: sweep_seed {study.sweep_seed} is one of the seeds {list(study.seeds)}: the reported "
-                         "runs must be fresh seeds that took no part in choosing the rate")
+    if study.sweep_seed in study.all_seeds:
+        raise ValueError(f"{where}: sweep_seed {study.sweep_seed} is one of the seeds {list(study.all_seeds)}: the "
+                         "reported runs must be fresh seeds that took no part in choosing the rate")
+    for ties in {study.ties, *(a.ties for a in study.arms if a.ties)}:
+        if ties not in TIE_RULES:
+            raise ValueError(f"{where}: ties={ties!r} must be one of {', '.join(TIE_RULES)}")
     if not 0.0 < study.validation_fraction < 1.0:
         raise ValueError(f"{where}.validation_fraction={study.validation_fraction!r} must be in (0, 1): every choice is "
                          "made on a validation split carved from the training images, the test split is reported")
@@ -217,6 +244,9 @@ def _check(study: Study, where: str) -> None:
                 raise ValueError(f"{where}.claims[{i}]: arm {arm!r} is not one of {', '.join(names)}")
             if batch and batch not in study.arm(arm).batches:
                 raise ValueError(f"{where}.claims[{i}]: arm {arm!r} has batches {list(study.arm(arm).batches)}, not {batch}")
+    if study.claims and sum(c.primary for c in study.claims) != 1:
+        raise ValueError(f"{where}.claims: mark exactly one claim primary: true (found "
+                         f"{sum(c.primary for c in study.claims)}); the others are Holm-corrected as one family")
 
 
 def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
@@ -238,7 +268,11 @@ def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
     arm_batches = tuple(int(b) for b in raw.get("batches", batches))
     if not arm_batches:
         raise ValueError(f"{where}: give batches (here or for the whole study)")
-    return Arm(name, str(raw.get("label", name)), overrides_of(raw.get("set") or {}), rule, arm_batches)
+    unknown = sorted(set(raw) - {"label", "set", "lr", "batches", "seeds", "ties"})
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; an arm has label, set, lr, batches, seeds, ties")
+    return Arm(name, str(raw.get("label", name)), overrides_of(raw.get("set") or {}), rule, arm_batches,
+               None if raw.get("seeds") is None else tuple(int(s) for s in raw["seeds"]), str(raw.get("ties", "")))
 
 
 def overrides_of(values: dict[str, Any]) -> tuple[str, ...]:
@@ -339,34 +373,11 @@ def make_point(study: Study, group: Group, lr: float, seed: int, phase: str) -> 
 
 def points_in_group(study: Study, group: Group) -> int:
     """How many runs the group makes (a sweep: every candidate once with the sweep seed, then the fresh seeds)."""
-    return len(group.arm.lr.factors) + len(study.seeds)
+    return len(group.arm.lr.factors) + len(study.seeds_of(group.arm))
 
 
 def count_points(study: Study) -> int:
     return sum(points_in_group(study, g) for g in groups(study))
-
-
-def choose_lr(rows: list[dict]) -> tuple[float, bool] | None:
-    """The sweep's winner among its rows (one per candidate): the best final accuracy on the validation split,
-    ties to the lower loss; and whether it sits at an end of the candidates (the sweep may be too
-    narrow). None when every candidate failed."""
-    ok = [r for r in rows if r.get("status") == "ok" and math.isfinite(r.get("final_val_accuracy", math.nan))]
-    if not ok:
-        return None
-    best = max(ok, key=lambda r: (r["final_val_accuracy"], -r["final_val_loss"]))
-    rates = sorted(r["lr"] for r in rows)
-    return best["lr"], len(rates) > 1 and best["lr"] in (rates[0], rates[-1])
-
-
-def widened_candidate(rows: list[dict], pick: tuple[float, bool]) -> float | None:
-    """The next candidate beyond the end of a sweep where its best ``pick`` sits (one grid step further,
-    the ratio of the two candidates at that end), or None when the best is inside."""
-    rates = sorted({r["lr"] for r in rows})
-    if not pick[1] or len(rates) < 2:
-        return None
-    if pick[0] == rates[-1]:
-        return float(f"{rates[-1] * rates[-1] / rates[-2]:.6g}")
-    return float(f"{rates[0] * rates[0] / rates[1]:.6g}")
 
 
 def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) -> list[str]:

@@ -4,7 +4,8 @@ The run is ``launch.train.build.build_training`` + ``launch.train.loop.run`` on 
 with its own ``run_dir`` (``metrics.jsonl``, checkpoints at every epoch end, so a killed point
 resumes from its last epoch). The row holds its provenance (``launch.study.provenance``: commit, data
 hash, resolved configuration) and its folder relative to the study's, the validation curve, final and
-best accuracy and loss, the test split's accuracy and loss (fresh-seed points), updates and epochs to the
+best accuracy and loss, the test split's accuracy and loss and its predicted class per image (fresh-seed
+points: ``launch.study.paired``), updates and epochs to the
 target accuracy, CPU seconds (a resumed point: both parts, flagged), the update statistics when the study
 records them, and the time the IPU cost model predicts for the same global batch on the study's POD.
 Failures become rows too.
@@ -33,6 +34,7 @@ from launch.train.distribute import distribute, placement
 from launch.train.loop import resume, run
 from launch.train.report import predicted_pod_images_per_s
 from launch.study.grid import Point, Study, point_overrides, pod_split
+from launch.study.paired import encode
 from launch.study.trajectory import save_snapshots, snapshot_every
 
 logger = logging.getLogger(__name__)
@@ -71,10 +73,13 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
         if code:
             raise RuntimeError(f"launch.train.loop.run exited with {code}")
         cpu = float(comm.allreduce(np.array([time.process_time() - cpu0]), op="sum")[0])
+        predicted = test_predictions(t)  # collective; after the CPU count: no part of the training
         if resumed:  # the earlier part's CPU seconds, up to the checkpoint this part resumed from
             row["cpu_s_parts"] = [t.cpu_before, cpu]
         if dist.instance_index == 0:
             row.update(summarise_run(study, cfg, t, cpu + t.cpu_before, time.perf_counter() - wall0, point.phase))
+            if predicted is not None:
+                row["test_predictions"] = encode(predicted)
             if snapshots:
                 save_snapshots(run_dir, initial, _checkpoint_weights(run_dir))
         _drop_checkpoints(run_dir, dist.instance_index == 0)
@@ -85,6 +90,17 @@ def run_point(study: Study, point: Point, data_path: str, run_dir: Path, comm, d
                    traceback=traceback.format_exc(limit=6)[-2000:], cpu_s=time.process_time() - cpu0,
                    wall_s=time.perf_counter() - wall0)
     return row
+
+
+def test_predictions(t) -> np.ndarray | None:
+    """Each test image's predicted class with the final weights (the EMA's when there is one), as the run's
+    test accuracy was measured; None without a test split. Collective."""
+    if t.test_loader is None:
+        return None
+    predicted = np.zeros(t.test_loader.dataset.info.num_samples, np.int64)
+    t.test_loader.set_position(0, 0)
+    t.engine.evaluate(t.test_loader, use_ema=t.engine.ema is not None, predictions=predicted)
+    return predicted
 
 
 def _base_row(study: Study, point: Point, provenance: dict) -> dict[str, Any]:
@@ -111,7 +127,9 @@ def summarise_run(study: Study, cfg: TrainConfig, t, cpu_s: float, wall_s: float
     pod = pod_step_seconds(cfg, info, study.pod)
     row: dict[str, Any] = {
         "epochs": cfg.run.epochs, "updates": t.engine.step, "updates_per_epoch": t.loader.steps_per_epoch,
-        "train_images": info.num_samples, "final_val_accuracy": final["val_accuracy"],
+        "train_images": info.num_samples,
+        "validation_images": t.eval_loader.dataset.info.num_samples if t.eval_loader is not None else 0,
+        "final_val_accuracy": final["val_accuracy"],
         "final_val_loss": final["val_loss"], "best_val_accuracy": best["val_accuracy"],
         "best_val_loss": min(c["val_loss"] for c in curve), "cpu_s": cpu_s, "wall_s": wall_s, "curve": curve,
         "instances": t.placement.num_instances, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -19,9 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from launch.study import plots as study_plots
-from launch.study.claims import Claim, judge
-from launch.study.grid import Group, Study, choose_lr, groups, scaling_source, sweep_candidates
+from launch.study.grid import Group, Study, groups, scaling_source, sweep_candidates
 from launch.study.stats import Interval, difference_interval, mean_interval
+from launch.study.declared import declaration_lines
+from launch.study.notes import expand_notes
+from launch.study.sweep import choose_lr, chosen_rates, resolution, tied_rates, validation_images
+from launch.study.verdicts import claim_lines, judge_claims
 from launch.study.meta import META, RESULTS, data_description, local_path, portable, read_meta, read_rows
 from launch.study.point import to_target
 from launch.study.surface import PICTURE, redraw
@@ -38,6 +41,8 @@ class Summary:
     lr_note: str
     rows: tuple[dict, ...]
     failed: int
+    tie: tuple[float, ...] = ()  # the sweep's candidates tied with its best (launch.study.sweep), when more than one
+    role: str = "chosen"  # chosen (a kept tie: each of its rates), or alternate: a tied rate not chosen, with fresh rows
 
     def values(self, key: str) -> list[float]:
         return [float(r[key]) for r in self.rows if r.get(key) is not None and math.isfinite(float(r[key]))]
@@ -63,36 +68,49 @@ def retarget(study: Study, rows: list[dict]) -> list[dict]:
     return [{**r, **to_target(r, study.target_accuracy)} if r.get("status") == "ok" else r for r in rows]
 
 
-def summarise(study: Study, rows: list[dict]) -> list[Summary]:
+def summarise(study: Study, rows: list[dict], alternates: bool = False) -> list[Summary]:
+    """One summary per group at its chosen rate (a kept tie: one per tied rate); ``alternates``: also one per
+    tied rate a ``best`` or ``loss`` rule did not choose that has fresh-seed rows (role ``alternate``)."""
     rows = retarget(study, rows)
     out, chosen = [], {}
     for g in groups(study):
         mine = [r for r in rows if r["id"].startswith(g.key + "/")]
-        lr, note = _chosen(study, g, mine, chosen)
-        chosen[g.key] = lr
-        fresh = [r for r in mine if r.get("phase") == "seeds" and r.get("lr") == lr and r.get("seed") in study.seeds]
-        ok = tuple(sorted((r for r in fresh if r.get("status") == "ok"), key=lambda r: r["seed"]))
-        # failures among the fresh seeds; a sweep candidate that failed shows in the sweep table
-        out.append(Summary(g, lr, note, ok, sum(1 for r in fresh if r.get("status") != "ok")))
+        pick, rates, note = _chosen(study, g, mine, chosen)
+        chosen[g.key] = pick
+        swept = [r for r in mine if r.get("phase") == "sweep"]
+        tie = tuple(tied_rates(swept)) if g.arm.lr.factors else ()
+        tie = tie if len(tie) > 1 else ()
+        others = [lr for lr in tie if lr not in rates] if alternates else []
+        for lr, role in [*((lr, "chosen") for lr in rates or [None]), *((lr, "alternate") for lr in others)]:
+            fresh = [r for r in mine if r.get("phase") == "seeds" and r.get("lr") == lr
+                     and r.get("seed") in study.seeds_of(g.arm)]
+            ok = tuple(sorted((r for r in fresh if r.get("status") == "ok"), key=lambda r: r["seed"]))
+            if role == "alternate" and not ok:
+                continue
+            # failures among the fresh seeds; a sweep candidate that failed shows in the sweep table
+            out.append(Summary(g, lr, note, ok, sum(1 for r in fresh if r.get("status") != "ok"), tie, role))
     return out
 
 
-def _chosen(study: Study, g: Group, rows: list[dict], chosen: dict) -> tuple[float | None, str]:
-    """The group's rate as the study run decides it: a sweep's winner, or the fixed or scaled rate
-    (from the source arm's chosen rate for ``from_arm``)."""
+def _chosen(study: Study, g: Group, rows: list[dict], chosen: dict) -> tuple[float | None, list[float], str]:
+    """(the rate later arms scale from, the rates that train on the fresh seeds, how): a sweep's choice under
+    its tie rule, or the fixed or scaled rate (from the source arm's chosen rate for ``from_arm``)."""
     rule = g.arm.lr
     if not rows:
-        return None, "not run"
+        return None, [], "not run"
     if rule.factors:
-        pick = choose_lr([r for r in rows if r.get("phase") == "sweep"])
+        swept, ties = [r for r in rows if r.get("phase") == "sweep"], study.ties_of(g.arm)
+        pick = choose_lr(swept, ties)
         if pick is None:
-            return None, "sweep: no candidate finished"
-        return pick[0], "sweep" + (" (edge)" if pick[1] else "")
+            return None, [], "sweep: no candidate finished"
+        rates = chosen_rates(swept, ties)
+        return pick[0], rates, "sweep" + (" (edge)" if pick[1] else "") + (" (tie kept)" if len(rates) > 1 else "")
     base_lr, base_batch, source = scaling_source(study, g, chosen)
     note = rule.rule + (f" from {rule.from_arm}" if rule.from_arm else "")
     if source and base_lr is None:
-        return None, note + ": no rate to scale from"
-    return sweep_candidates(study, g, base_lr, base_batch)[0], note
+        return None, [], note + ": no rate to scale from"
+    lr = sweep_candidates(study, g, base_lr, base_batch)[0]
+    return lr, [lr], note
 
 
 # -- markdown --------------------------------------------------------------------------------
@@ -149,60 +167,29 @@ def results_table(study: Study, summaries: list[Summary], variant) -> list[str]:
     return lines
 
 
-def claim_verdicts(study: Study, summaries: list[Summary], variant) -> list[tuple[Claim, Interval | None, str]]:
-    """(claim, interval of its difference or None, verdict) for every claim of the study in ``variant``."""
-    out = []
-    for claim in study.claims:
-        a, b = (_find(summaries, variant, arm, batch) for arm, batch in
-                ((claim.arm, claim.batch), (claim.reference, claim.reference_batch)))
-        if a is None or b is None or not a.rows or not b.rows:
-            out.append((claim, None, "undecided"))
-            continue
-        d = difference_interval(a.values(claim.metric), b.values(claim.metric))
-        out.append((claim, d, judge(claim, d)))
-    return out
-
-
-def _find(summaries: list[Summary], variant, arm: str, batch: int) -> Summary | None:
-    mine = [s for s in summaries if s.group.variant == variant and s.group.arm.name == arm]
-    return next((s for s in mine if s.group.batch == batch), None) if batch else (mine[0] if mine else None)
-
-
-def claim_lines(study: Study, summaries: list[Summary], variant) -> list[str]:
-    """One line per claim: what it says, its region, the interval of the difference and the verdict."""
-    lines = []
-    for claim, d, verdict in claim_verdicts(study, summaries, variant):
-        a, b = _find(summaries, variant, claim.arm, claim.batch), _find(summaries, variant, claim.reference,
-                                                                           claim.reference_batch)
-        split = "test" if claim.metric == "test_accuracy" else "validation"
-        what = (f"d = {study.arm(claim.arm).label} (batch {a.group.batch if a else '?'}) - "
-                f"{study.arm(claim.reference).label} (batch {b.group.batch if b else '?'}), {split} accuracy")
-        if d is None or not math.isfinite(d.low):
-            measured = "not measured (missing runs, or fewer than two seeds on a side)"
-        else:
-            measured = (f"{100 * d.mean:+.2f} points, 95 % interval [{100 * d.low:+.2f}, {100 * d.high:+.2f}] "
-                        f"(Welch, {len(a.rows)} and {len(b.rows)} seeds)")
-        lines.append(f"- Claim{': ' + claim.says if claim.says else ''} ({what}; claimed {claim.region()}): {measured} "
-                     f"-> **{verdict}**.")
-    return lines
-
-
 def sweep_table(study: Study, rows: list[dict]) -> list[str]:
     lines = ["| variant | arm | batch | candidates: final validation acc % (sweep seed "
-             f"{study.sweep_seed}) | chosen |", "| --- | --- | --- | --- | --- |"]
+             f"{study.sweep_seed}) | resolution (points) | tied with the best | chosen |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for g in groups(study):
         if not g.arm.lr.factors:
             continue
         swept = sorted((r for r in rows if r["id"].startswith(g.key + "/") and r.get("phase") == "sweep"),
                        key=lambda r: r["lr"])
         if not swept:
-            lines.append(f"| {g.variant.label} | {g.arm.label} | {g.batch} | not run | - |")
+            lines.append(f"| {g.variant.label} | {g.arm.label} | {g.batch} | not run | - | - | - |")
             continue
-        pick = choose_lr(swept)
+        ties = study.ties_of(g.arm)
+        pick, tie = choose_lr(swept, ties), tied_rates(swept)
         cells = ", ".join(f"{r['lr']:.4g}: " + (pct(r["final_val_accuracy"]) if r.get("status") == "ok"
                                                  else "failed") for r in swept)
-        chosen = "-" if pick is None else f"{pick[0]:.4g}" + (" (at an end: widen the sweep)" if pick[1] else "")
-        lines.append(f"| {g.variant.label} | {g.arm.label} | {g.batch} | {cells} | {chosen} |")
+        best = max((r for r in swept if r.get("status") == "ok"), key=lambda r: r["final_val_accuracy"], default=None)
+        res = (f"{100 * resolution(best['final_val_accuracy'], validation_images(best)):.2f}"
+               if best and validation_images(best) else "-")
+        tied = ", ".join(f"{x:.4g}" for x in tie) + f" (ties: {ties})" if len(tie) > 1 else "none"
+        chosen = "-" if pick is None else ", ".join(f"{x:.4g}" for x in chosen_rates(swept, ties)) + (
+            " (at an end: widen the sweep)" if pick[1] else "")
+        lines.append(f"| {g.variant.label} | {g.arm.label} | {g.batch} | {cells} | {res} | {tied} | {chosen} |")
     return lines if len(lines) > 2 else []
 
 
@@ -210,11 +197,13 @@ def points_table(study: Study, rows: list[dict], summaries: list[Summary]) -> li
     lines = [f"| point | phase | final validation acc % | best validation acc % | test acc % | updates | updates to "
              f"target | epochs to target | CPU s | CPU s to target | {study.pod} step ms (predicted) | {study.pod} s to "
              "target (predicted) |", "|" + " --- |" * 12]
-    chosen = {s.group.key: s.lr for s in summaries}
+    chosen = {(s.group.key, s.lr) for s in summaries}
+    keys = {s.group.key for s in summaries if s.lr is not None}
     for r in sorted((r for r in retarget(study, rows) if r.get("status") == "ok"), key=lambda r: r["id"]):
         flags = (" (resumed)" if r.get("resumed") else "") + (" (stale, reused)" if r.get("stale") else "")
-        if r.get("phase") == "seeds" and chosen.get(r["id"].rsplit("/", 2)[0], r["lr"]) != r["lr"]:
-            flags += " (superseded: a widened sweep chose another rate)"
+        key = r["id"].rsplit("/", 2)[0]
+        if r.get("phase") == "seeds" and key in keys and (key, r["lr"]) not in chosen:
+            flags += " (superseded: the sweep chose another rate)"
         test = pct(r["test_accuracy"]) if r.get("test_accuracy") is not None else "-"
         lines.append(f"| {r['id']}{flags} | {r.get('phase', '-')} | {pct(r['final_val_accuracy'])} | "
                      f"{pct(r['best_val_accuracy'])} | {test} | "
@@ -234,7 +223,8 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
                     notes: str = "") -> str:
     """The study's results as markdown; ``images`` maps picture names to the links to use."""
     h = "#" * level
-    summaries = summarise(study, rows)
+    every = summarise(study, rows, alternates=True)
+    summaries = [s for s in every if s.role == "chosen"]
     meta = read_meta(out)
     ok = [r for r in rows if r.get("status") == "ok"]
     cpu = sum(r.get("cpu_s") or 0.0 for r in rows)
@@ -243,19 +233,22 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
     for variant in study.variants:
         text += ["", f"{h}# {variant.label}" if len(study.variants) > 1 else f"{h}# Results", ""]
         text += results_table(study, summaries, variant)
-        claim = claim_lines(study, summaries, variant)
-        text += ["", "Claims (decided in advance in launch/study/studies.yml; the verdict from the 95 % interval of "
-                 "the difference: holds when it lies inside the claimed region, refuted when outside, else "
-                 "undecided):", "", *claim] if claim else []
+        claim = claim_lines(study, summaries, variant, every)
+        text += ["", "Claims (launch/study/studies.yml; the verdict from the difference's 95 % Welch interval: holds "
+                 "when it lies inside the claimed region, refuted when outside, else undecided; the primary claim "
+                 "alone, the others Holm-corrected as one family; see the declaration line above):", "",
+                 *claim] if claim else []
     if notes:
-        text += ["", notes.strip()]
+        text += ["", expand_notes(notes, {v: judge_claims(study, summaries, v) for v in study.variants[:1]}).strip()]
     sweep = sweep_table(study, rows)
     if sweep:
         text += ["", f"{h}# Learning-rate sweeps", "", f"Each candidate trained once with the sweep seed "
                  f"{study.sweep_seed}; the best final accuracy on the validation split (carved from the training "
-                 "images) was chosen, and the chosen rate trained again on the fresh seeds "
-                 f"{', '.join(map(str, study.seeds))}, which alone make the results above (the sweep's runs are not "
-                 "in their means, and their test split is never evaluated).", "", *sweep]
+                 "images) was chosen under the arm's tie rule (candidates less than the validation split's resolution, "
+                 "one binomial standard error of the best's accuracy, below the best are tied with it), and the chosen "
+                 "rate, or under ties: keep each tied rate, trained again on the arm's fresh seeds, which alone make "
+                 "the results above (the sweep's runs are not in their means, and their test split is never "
+                 "evaluated).", "", *sweep]
     pictures = [(name, link) for name, link in images.items()]
     if pictures:
         text += ["", f"{h}# Pictures", ""] + [f"![{name}]({link})" for name, link in pictures]
@@ -268,22 +261,27 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
 
 def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int) -> list[str]:
     path = next((local_path(r["config"]["data"]["path"]) for r in rows if r.get("config")), "")
-    data = data_description(path, study.validation_fraction, study.split_seed) if path and Path(path).exists() else {}
+    data = data_description(path, study.validation_fraction, study.split_seed) if path and Path(path).exists() else \
+        _data_from_rows(rows)
     sessions = meta.get("sessions", [])
     lines = [f"- Runs: {ok} finished, {len(rows) - ok} failed; grid: {len(study.variants)} variant(s), arms "
-             + ", ".join(f"{a.label} (batches {', '.join(map(str, a.batches))}; lr {a.lr.mode})" for a in study.arms)
-             + f"; sweeps with seed {study.sweep_seed}, results over the fresh seeds {', '.join(map(str, study.seeds))} "
-             f"(n = {len(study.seeds)}); base config `{study.base}`.",
+             + ", ".join(f"{a.label} (batches {', '.join(map(str, a.batches))}; lr {a.lr.mode}; fresh seeds "
+                         f"{_seed_text(study.seeds_of(a))}; ties: {study.ties_of(a)})" for a in study.arms)
+             + f"; sweeps with seed {study.sweep_seed}; base config `{study.base}`.",
              f"- Target accuracy for the time-to-target columns: {100 * study.target_accuracy:.0f} % (checked at each "
              "epoch end, so updates and time to target are those of the first epoch that reached it; CPU s to target "
              "is the run's CPU seconds pro rata by updates)."]
     if data:
-        lines.append(f"- Data: `{_shown_path(data['path'])}` ({data['classes']} classes, images "
-                     f"{tuple(data['image_shape'])}): {data['train_images']:,} training images; validation: "
-                     f"{data['validation_images']:,} carved from the file's training images ({study.validation_fraction:g} "
-                     f"of each class, split seed {study.split_seed}), every choice made on it; test: the file's "
-                     f"{data['test_images']:,} held-out images, evaluated once at the end of the fresh-seed runs only.")
+        what = ("counts from the rows: the file is not on this machine" if data.get("from_rows") else
+                f"{data['classes']} classes, images {tuple(data['image_shape'])}")
+        shown = data["path"] if data.get("from_rows") else _shown_path(data["path"])
+        lines.append(f"- Data: `{shown}` ({what}): {data['train_images']:,} training images; "
+                     f"validation: {data['validation_images']:,} carved from the file's training images "
+                     f"({study.validation_fraction:g} of each class, split seed {study.split_seed}), every choice made "
+                     f"on it; test: the file's {data['test_images']:,} held-out images, evaluated once at the end of "
+                     "the fresh-seed runs only.")
     lines += provenance_lines(rows)
+    lines += declaration_lines(study, rows)
     lines.append(f"- CPU time: {cpu:,.0f} s ({cpu / 3600:.2f} h) over all runs (process CPU seconds, all threads).")
     for s in sessions:
         m = s.get("machine", {})
@@ -317,6 +315,24 @@ def provenance_lines(rows: list[dict]) -> list[str]:
         lines.append("- Reused with stale provenance (--reuse-stale): " + "; ".join(
             f"`{r['id']}` ({', '.join(r['stale'])})" for r in stale) + ".")
     return lines
+
+
+def _data_from_rows(rows: list[dict]) -> dict:
+    """The Data line's counts from the rows, where the dataset file is not on this machine."""
+    from launch.study.sweep import validation_images
+
+    row = next((r for r in rows if r.get("status") == "ok" and r.get("test_images") and r.get("config")), None)
+    if row is None:
+        return {}
+    return {"path": row["config"]["data"]["path"], "train_images": row["train_images"],
+            "validation_images": validation_images(row), "test_images": row["test_images"], "from_rows": True}
+
+
+def _seed_text(seeds) -> str:
+    seeds = list(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]} (n = {len(seeds)})"
+    return f"{', '.join(map(str, seeds))} (n = {len(seeds)})"
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -36,6 +36,12 @@ def t_two_sided(t: float, df: int) -> float:
     return s * total
 
 
+def t_upper(t: float, df: int) -> float:
+    """``P(T > t)`` for Student's t with ``df`` degrees of freedom (one tail)."""
+    p = t_two_sided(abs(t), df)
+    return 0.5 * (1.0 - p) if t >= 0 else 0.5 * (1.0 + p)
+
+
 def t_quantile(level: float, df: int) -> float:
     """The ``t`` with ``P(|T| < t) = level``: the half-width factor of a two-sided ``level`` interval."""
     if not 0.0 < level < 1.0:
@@ -81,19 +87,35 @@ def mean_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     return Interval(mean, sd, n, mean - half, mean + half, level)
 
 
+def welch_df(va: float, na: int, vb: float, nb: int) -> int:
+    """Welch-Satterthwaite degrees of freedom of a difference of two means with squared standard errors
+    ``va``, ``vb`` over ``na``, ``nb`` values, rounded down (at least 1)."""
+    if va + vb == 0.0:
+        return max(na + nb - 2, 1)
+    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+    return max(int(math.floor(df)), 1)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
+    """(``mean(a) - mean(b)``, its standard error, Welch's degrees of freedom); nan and 0 below two values a side."""
+    x, y = mean_interval(a), mean_interval(b)
+    if x.n < 2 or y.n < 2:
+        return x.mean - y.mean, math.nan, 0
+    va, vb = x.sd ** 2 / x.n, y.sd ** 2 / y.n
+    return x.mean - y.mean, math.sqrt(va + vb), welch_df(va, x.n, vb, y.n)
+
+
 def difference_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
     """Welch's interval of ``mean(a) - mean(b)`` (``sd`` is its standard error, ``n`` the smaller sample)."""
-    x, y = mean_interval(a, level), mean_interval(b, level)
-    diff = x.mean - y.mean
-    if x.n < 2 or y.n < 2:
-        return Interval(diff, math.nan, min(x.n, y.n), math.nan, math.nan, level)
-    va, vb = x.sd ** 2 / x.n, y.sd ** 2 / y.n
-    se = math.sqrt(va + vb)
+    n = min(mean_interval(a).n, mean_interval(b).n)
+    diff, se, df = welch(a, b)
+    if not math.isfinite(se):
+        return Interval(diff, math.nan, n, math.nan, math.nan, level)
     if se == 0.0:
-        return Interval(diff, 0.0, min(x.n, y.n), diff, diff, level)
-    df = (va + vb) ** 2 / (va ** 2 / (x.n - 1) + vb ** 2 / (y.n - 1))
-    half = t_quantile(level, max(int(math.floor(df)), 1)) * se
-    return Interval(diff, se, min(x.n, y.n), diff - half, diff + half, level)
+        return Interval(diff, 0.0, n, diff, diff, level)
+    half = t_quantile(level, df) * se
+    return Interval(diff, se, n, diff - half, diff + half, level)
 
 
-__all__ = ["Interval", "difference_interval", "mean_interval", "t_quantile", "t_two_sided"]
+__all__ = ["Interval", "difference_interval", "mean_interval", "t_quantile", "t_two_sided", "t_upper", "welch",
+           "welch_df"]

@@ -145,7 +145,7 @@ def test_the_progress_count_follows_the_plan_not_the_rows_on_record(tmp_path, ca
     assert len(progress) == 1 and progress[0].startswith("Point 3/3 seeds") and "0 left after it" in progress[0]
     assert "3 points (3 rows already on record)" in caplog.text
     points = (out / "results.md").read_text()
-    assert f"| {orphan['id']} (superseded: a widened sweep chose another rate) | seeds |" in points
+    assert f"| {orphan['id']} (superseded: the sweep chose another rate) | seeds |" in points
     assert f"| {seed['id']} | seeds |" in points
 
 
@@ -174,9 +174,15 @@ def test_large_batch_quick_scales_sgd_from_the_baseline_and_states_the_claim(tmp
     assert sgd["lr"] == pytest.approx(8 * best["lr"])  # linear scaling from batch 8 to 64
     assert base is not None
     md = (out / "results.md").read_text()
-    assert ("Claim: LARS (eta 0.001) at 8B is within 0.5 points of momentum SGD at B, or better (d = LARS eta 0.001, 8B "
-            "(batch 64) - momentum SGD, B (batch 8), test accuracy; claimed d > -0.5 points): not measured") in md
+    assert ("Claim 1 (primary): LARS (eta 0.001) at 8B is within 1 point of momentum SGD at B, or better (d = LARS eta "
+            "0.001, 8B (batch 64) - momentum SGD, B (batch 8), test accuracy; claimed d > -1 points): not measured") in md
     assert md.count("-> **undecided**") == 4  # one fresh seed: no interval, no decision
+    fresh = [r for r in rows if r["phase"] == "seeds" and r["status"] == "ok"]
+    from launch.study.paired import decode
+
+    for r in fresh:  # each fresh seed's predicted class per test image, as its test accuracy was measured
+        assert r["test_predictions"]["dtype"] == "uint8" and len(decode(r["test_predictions"])) == r["test_images"]
+    assert all("test_predictions" not in r for r in rows if r["phase"] == "sweep")
     lars = next(r for r in rows if r["arm"] == "lars")
     assert set(lars["weight_drift"]) >= {"exempt", "classifier.1"} and lars["update_stats"][0]["step"] == 0
     assert (out / "update_stats.png").read_bytes()[:8] == PNG
@@ -226,13 +232,15 @@ def test_a_claim_built_to_be_undecided_is_undecided(tmp_path):
     # two identical arms on the same fresh seeds: d is 0 exactly and its interval has width wherever the seeds differ
     same = {"set": {"optim.name": "sgd", "optim.momentum": 0.0}, "lr": 0.05}
     studies = _tiny_studies(tmp_path, {"a": same, "b": same}, seeds=[1, 2],
-                            claims=[{"arm": "b", "reference": "a", "above": 0, "says": "b beats a"}])
+                            claims=[{"arm": "b", "reference": "a", "above": 0, "says": "b beats a", "primary": True}])
     out = tmp_path / "out"
     assert main(["t", "--studies", str(studies), "--out", str(out)]) == 0
     acc = [r["test_accuracy"] for r in read_rows(out) if r["arm"] == "a"]
     assert len(acc) == 2 and acc[0] != acc[1]  # the seeds differ, so the interval is not a point
-    line = _line((out / "results.md").read_text(), "- Claim: b beats a")
-    assert "+0.00 points, 95 % interval [-" in line and line.endswith("-> **undecided**.")
+    md = (out / "results.md").read_text()
+    line = _line(md, "- Claim 1 (primary): b beats a")
+    assert "+0.00 points, 95 % interval [-" in line and "-> **undecided**: the measurements do not decide it" in line
+    assert "Paired on the same 2,000 test images: bootstrap over images and seeds +0.00 points" in md
 
 
 def test_a_row_whose_provenance_changed_trains_again(tmp_path, monkeypatch, caplog):

@@ -126,15 +126,25 @@ def test_spec_errors_name_the_key():
         _study(arms={"a": {"lr": {"base_lr": 0.1, "widen": 1}}})
     with pytest.raises(ValueError, match="above and/or below"):
         _study(claims=[{"arm": "big", "reference": "sgd"}])
+    with pytest.raises(ValueError, match="mark exactly one claim primary"):
+        _study(claims=[{"arm": "sgd", "reference": "sgd", "above": 0}])
+    with pytest.raises(ValueError, match="ties='coin' must be one of best, loss, keep"):
+        _study(ties="coin")
+    with pytest.raises(ValueError, match="effect 1 needs effect_from"):
+        _study(claims=[{"arm": "sgd", "reference": "sgd", "above": 0, "primary": True, "effect": 1}])
+    with pytest.raises(ValueError, match="sweep_seed 0 is one of the seeds"):
+        _study(arms={"a": {"lr": 0.1, "seeds": [0]}})
 
 
 def test_shipped_studies_load():
     assert count_points(load_study("sgd-vs-adam")) == 2 * 5 * (3 + 3)
     study = load_study("lars-large-batch")
     assert [a.batches for a in study.arms] == [(32,), (256,), (256,), (256,), (256,)]
-    assert len(study.variants) == 1 and count_points(study) == 5 * (3 + 3)
+    assert len(study.variants) == 1 and count_points(study) == 5 * 3 + 4 * 8 + 3  # 8 seeds a decisive arm
+    assert [len(study.seeds_of(a)) for a in study.arms] == [8, 8, 3, 8, 8] and study.ties_of(study.arm("sgd")) == "keep"
+    assert [c.primary for c in study.claims] == [True, False, False, False] and all(c.margin_from for c in study.claims)
     assert [a.lr.factors for a in study.arms] == [(0.5, 1.0, 2.0)] * 5  # grids a factor of 2 apart
-    assert study.validation_fraction == 0.2 and study.sweep_seed not in study.seeds and len(study.claims) == 4
+    assert study.validation_fraction == 0.2 and study.sweep_seed not in study.all_seeds and len(study.claims) == 4
     assert {a.name: dict(o.split("=", 1) for o in a.overrides).get("optim.lars_eta") for a in study.arms
             if a.name.startswith("lars")} == {"lars": "0.001", "lars-eta0.01": "0.01"}
     assert load_study("lars-large-batch", quick=True).seeds == (1,)
