@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("POPRUN_JIT", "1") == "0", reason
 CONFIGS = [(cpu, "auto") for cpu in codegen.TARGETS] + [("skylake-avx512", "256")]  # and loops held to ymm
 
 
+@pytest.mark.timeout(1200)  # eight compilations of every kernel in child processes: minutes on a busy machine
 def test_every_kernel_is_sound_on_every_target():
     with ThreadPoolExecutor(max_workers=2) as pool:  # one child process per CPU, two at a time
         found = dict(zip(CONFIGS, pool.map(lambda c: codegen.findings_for(c[0], vector_width=c[1]), CONFIGS)))
