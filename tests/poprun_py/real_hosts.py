@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +39,62 @@ def make_cluster(folder: Path, count: int):
         assert not cluster.leftovers(), f"the cluster's tear-down left {cluster.leftovers()}"
 
 
+def _train_argv(cluster: NetnsCluster | None, run_dir: Path, instances: int, replicas: int,
+                options: tuple[str, ...]) -> list[str]:
+    where = cluster.launcher_options() if cluster else []
+    return [sys.executable, "-m", "poprun_py", *where, "--num-instances", str(instances), "--num-replicas",
+            str(replicas), "--log-dir", str(run_dir / "logs"), *options,
+            sys.executable, "-m", "launch.train", *chaos.train_args(STEPS, EVERY), "--set", f"run.run_dir={run_dir}"]
+
+
 def train_on(cluster: NetnsCluster | None, run_dir: Path, *, instances: int, replicas: int = 4,
              options: tuple[str, ...] = (), fault: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
     """The dense training job under the launcher, on ``cluster``'s hosts (None: this host only)."""
-    where = cluster.launcher_options() if cluster else []
-    cmd = [sys.executable, "-m", "poprun_py", *where, "--num-instances", str(instances), "--num-replicas",
-           str(replicas), "--log-dir", str(run_dir / "logs"), *options,
-           sys.executable, "-m", "launch.train", *chaos.train_args(STEPS, EVERY), "--set", f"run.run_dir={run_dir}"]
     env = launcher_env(**THREADS, **({"POPRUN_FAULT": fault} if fault else {}))
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(_train_argv(cluster, run_dir, instances, replicas, options), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class RunningJob:
+    """A training job started in the background, whose stderr the test can wait on line by line."""
+
+    def __init__(self, cluster: NetnsCluster, run_dir: Path, *, instances: int, replicas: int = 4,
+                 options: tuple[str, ...] = (), fault: str = "") -> None:
+        env = launcher_env(**THREADS, **({"POPRUN_FAULT": fault} if fault else {}))
+        self.proc = subprocess.Popen(_train_argv(cluster, run_dir, instances, replicas, options), cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.err: list[str] = []
+        self.out = ""
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            self.err.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for_line(self, text: str, timeout: float = 120.0) -> float:
+        """Block until a stderr line contains ``text``; the time it was read (monotonic)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r} within {timeout:g} s:\n{''.join(self.err[-40:])}")
+            if line is None:
+                raise AssertionError(f"the job ended before a line with {text!r}:\n{''.join(self.err[-40:])}")
+            if text in line:
+                return time.monotonic()
+
+    def finish(self, timeout: float = 300.0) -> int:
+        self.out = self.proc.stdout.read()
+        code = self.proc.wait(timeout=timeout)
+        return code
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.err)
 
 
 def assert_bitwise_equal(run_dir: Path, baseline: Path) -> None:
