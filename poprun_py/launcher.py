@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import psutil
 
 from poprun_py import elastic, wire
-from poprun_py.agent import AgentSpec, attempt_dir
+from poprun_py.agent_spec import AgentSpec, attempt_dir
 from poprun_py.config import LaunchConfig
 from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, ConfigError, plural, signal_name
 from poprun_py.mpi_command import agent_command, build_mpiexec_argv

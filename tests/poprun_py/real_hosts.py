@@ -74,8 +74,8 @@ class RunningJob:
             self.lines.put(line)
         self.lines.put(None)
 
-    def wait_for_line(self, text: str, timeout: float = 120.0) -> float:
-        """Block until a stderr line contains ``text``; the time it was read (monotonic)."""
+    def wait_for_line(self, text: str, timeout: float = 120.0) -> tuple[float, str]:
+        """Block until a stderr line contains ``text``: when it was read (monotonic), and the line."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -85,7 +85,7 @@ class RunningJob:
             if line is None:
                 raise AssertionError(f"the job ended before a line with {text!r}:\n{''.join(self.err[-40:])}")
             if text in line:
-                return time.monotonic()
+                return time.monotonic(), line
 
     def finish(self, timeout: float = 300.0) -> int:
         self.out = self.proc.stdout.read()

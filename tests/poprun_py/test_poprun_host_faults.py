@@ -1,0 +1,83 @@
+"""Host-level faults on real hosts (network namespaces reached over ssh): a link cut (a partition),
+a slow and lossy link, a full file system under the run directory. Each job either recovers
+bitwise or stops with one message that names the host and the cause, within a stated bound, and
+leaves no process on any host, nothing in any host's /dev/shm and no half-written checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from poprun_py.fence import fence_after
+from tests.poprun_py.real_hosts import (
+    RunningJob,
+    assert_bitwise_equal,
+    assert_nothing_left,
+    make_cluster,
+    pytestmark_real,
+    train_on,
+)
+
+pytestmark = pytestmark_real
+HANG_S = 6.0
+
+
+@pytest.fixture(scope="module")
+def single_host_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("single") / "run"
+    res = train_on(None, run_dir, instances=1)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    yield from make_cluster(tmp_path / "cluster", 2)
+
+
+def _program_on(cluster, k: int) -> psutil.Process:
+    found = [p for p in cluster.job_processes(k) if "launch.train" in " ".join(p.cmdline())
+             and "poprun_py.agent" not in " ".join(p.cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_host_cut_off_is_left_behind_and_stops_itself(two_hosts, single_host_run, tmp_path):
+    """The link of host 1 goes down mid-run: the launcher sees no progress for --hang-timeout, stops
+    what it can reach, finds host 1 unreachable and goes on with host 0 alone, bitwise; host 1's
+    instance, which nobody can reach, stops itself (poprun_py.fence) while its link is still down."""
+    run_dir = tmp_path / "run"
+    job = RunningJob(two_hosts, run_dir, instances=2, fault="instance=1,at=step 3,signal=STOP",
+                     options=("--min-instances", "1", "--max-restarts", "1", "--hang-timeout", f"{HANG_S:g}"))
+    job.wait_for_line("injected fault")
+    program = _program_on(two_hosts, 1)
+    two_hosts.cut_link(1)
+    cut = time.monotonic()
+    program.resume()  # on into the next all-reduce, which cannot reach host 0 any more
+    hang_seen, _ = job.wait_for_line("no progress for")
+    lost_seen, lost = job.wait_for_line(f"host {two_hosts.addresses[1]} lost")
+    assert "Connection timed out" in lost or "no answer" in lost, lost
+    assert hang_seen - cut < HANG_S + 5.0  # the launcher's bound: --hang-timeout after the last progress
+    code = job.finish()
+    assert code == 0, job.stderr[-4000:]
+    assert_bitwise_equal(run_dir, single_host_run)
+    attempts = json.loads((run_dir / "logs" / "run.json").read_text())["attempts"]
+    assert [a["reason"] for a in attempts] == ["hang", "ok"] and attempts[1]["hosts"] == two_hosts.addresses[:1]
+    # host 1, still cut off, stops its own part of the job 2 x --hang-timeout + 10 s after its last
+    # progress (poprun_py.fence); 10 s more for a loaded machine
+    bound = fence_after(HANG_S) + 10.0
+    _, alive = psutil.wait_procs(two_hosts.job_processes(1), timeout=max(1.0, cut + bound - time.monotonic()))
+    assert not alive, f"left on the cut-off host {bound:g} s after the cut: {[p.cmdline() for p in alive]}"
+    print(f"\nhang seen {hang_seen - cut:.1f} s after the cut, host lost {lost_seen - cut:.1f} s, "
+          f"host 1 empty {time.monotonic() - cut:.1f} s")
+    assert "out of the launcher's reach: it made no progress for 22 s" in _log(run_dir, 0, 1)
+    two_hosts.cut_link(1, up=True)
+    assert_nothing_left(two_hosts, run_dir)
+
+
+def _log(run_dir: Path, attempt: int, instance: int) -> str:
+    return (run_dir / "logs" / f"attempt_{attempt}" / f"instance_{instance}" / "stderr.log").read_text()
