@@ -53,7 +53,8 @@ def shrink(config: LaunchConfig, answering: list[str]) -> LaunchConfig:
         except ConfigError as err:
             reasons.append(str(err))
     raise ConfigError(
-        f"the {config.num_replicas} replicas cannot be placed on the {plural(len(hosts), 'host')} that answer"
+        f"the {config.num_replicas} replicas cannot be placed on the {plural(len(hosts), 'host')} that "
+        f"{'answers' if len(hosts) == 1 else 'answer'}"
         + (f" ({', '.join(hosts)})" if hosts else "") + ": " + "; ".join(reasons or ["no host answers"])
         + "; bring hosts back, or lower --min-instances")
 

@@ -11,7 +11,7 @@ addresses. MPI's traffic between hosts then crosses TCP between namespaces.
 
 Faults act on one host: :meth:`kill_host` (every process of the host at once, its sshd too),
 :meth:`cut_link` (``ip link set down`` on its end of the veth pair: a partition),
-:meth:`shape_link` (``tc netem`` delay and loss). :meth:`close` leaves nothing: it kills every
+:meth:`shape_link` (``tc``: netem's delay and loss, or tbf's rate limit). :meth:`close` leaves nothing: it kills every
 process in each namespace, deletes the namespaces (their veth pairs go with them) and the bridge.
 
 ``python netns_cluster.py --host-init NAME HOSTS_FILE -- sshd ...`` is run inside each namespace
@@ -202,10 +202,12 @@ class NetnsCluster:
     def cut_link(self, k: int, up: bool = False) -> None:
         _ip("link", "set", self.veths[k], "up" if up else "down")
 
-    def shape_link(self, k: int, netem: list[str]) -> None:
-        """``tc netem`` on host k's side of its link, e.g. ``["delay", "50ms", "loss", "5%"]``."""
-        subprocess.run(["ip", "netns", "exec", self.namespaces[k], "tc", "qdisc", "replace", "dev", "eth0",
-                        "root", "netem", *netem], check=True, capture_output=True)
+    def shape_link(self, k: int, qdisc: list[str]) -> str | None:
+        """A queueing discipline on host k's side of its link, e.g. ``["netem", "delay", "20ms", "loss",
+        "5%"]`` or ``["tbf", "rate", "2mbit", ...]``; None, or why the kernel refuses it."""
+        res = subprocess.run(["ip", "netns", "exec", self.namespaces[k], "tc", "qdisc", "replace", "dev", "eth0",
+                              "root", *qdisc], capture_output=True, text=True)
+        return None if res.returncode == 0 else f"`tc qdisc ... {' '.join(qdisc)}`: {res.stderr.strip()}"
 
     # -- tear-down -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -42,8 +42,9 @@ def make_cluster(folder: Path, count: int):
 def _train_argv(cluster: NetnsCluster | None, run_dir: Path, instances: int, replicas: int,
                 options: tuple[str, ...]) -> list[str]:
     where = cluster.launcher_options() if cluster else []
+    logs = [] if "--log-dir" in options else ["--log-dir", str(run_dir / "logs")]
     return [sys.executable, "-m", "poprun_py", *where, "--num-instances", str(instances), "--num-replicas",
-            str(replicas), "--log-dir", str(run_dir / "logs"), *options,
+            str(replicas), *logs, *options,
             sys.executable, "-m", "launch.train", *chaos.train_args(STEPS, EVERY), "--set", f"run.run_dir={run_dir}"]
 
 

@@ -5,7 +5,9 @@ leaves no process on any host, nothing in any host's /dev/shm and no half-writte
 
 from __future__ import annotations
 
+import errno
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from tests.poprun_py.real_hosts import (
     RunningJob,
     assert_bitwise_equal,
     assert_nothing_left,
+    chaos,
     make_cluster,
     pytestmark_real,
     train_on,
@@ -81,3 +84,59 @@ def test_a_host_cut_off_is_left_behind_and_stops_itself(two_hosts, single_host_r
 
 def _log(run_dir: Path, attempt: int, instance: int) -> str:
     return (run_dir / "logs" / f"attempt_{attempt}" / f"instance_{instance}" / "stderr.log").read_text()
+
+
+@pytest.mark.parametrize("qdisc", [
+    ["netem", "delay", "20ms", "loss", "5%"],  # kernels built without sch_netem refuse it: skipped there
+    ["tbf", "rate", "4mbit", "burst", "16kb", "latency", "400ms"],  # a slow link (500 KB/s)
+], ids=["netem-delay-and-loss", "tbf-slow-link"])
+def test_a_slow_or_lossy_link_costs_time_never_a_bit(two_hosts, single_host_run, tmp_path, qdisc):
+    """Host 1's link delays and drops packets (TCP retransmits them), or carries 4 Mbit/s: the job ends
+    bitwise like one host; bound: --hang-timeout 60 s between two progress reports."""
+    refused = two_hosts.shape_link(1, qdisc)
+    if refused:
+        pytest.skip(f"this kernel has no {qdisc[0]} queueing discipline ({refused})")
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    res = train_on(two_hosts, run_dir, instances=2, options=("--hang-timeout", "60"), timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert_bitwise_equal(run_dir, single_host_run)
+    print(f"\n{time.monotonic() - started:.1f} s with {' '.join(qdisc)} on one link")
+    assert_nothing_left(two_hosts, run_dir)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs for the run directory, mounted before the hosts exist (they see it too)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "poprun_small_disk", str(folder)], check=True)
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def test_a_full_disk_stops_the_job_naming_the_host_and_keeps_the_checkpoints(small_disk, tmp_path):
+    """The run directory's file system fills up after checkpoint 2: the next checkpoint cannot be
+    written, and the job stops at once with one report naming the instance, its host and ENOSPC;
+    checkpoint 2 is intact and no temporary file is left."""
+    for cluster in make_cluster(tmp_path / "cluster", 2):
+        run_dir = small_disk / "run"
+        job = RunningJob(cluster, run_dir, instances=2, options=("--log-dir", str(tmp_path / "logs")),
+                         fault="instance=0,at=checkpoint 4: writing,signal=STOP")
+        job.wait_for_line("injected fault")
+        filler = small_disk / "filler"
+        with open(filler, "wb", buffering=0) as f:  # every free block
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+            except OSError as err:
+                assert err.errno == errno.ENOSPC
+        _program_on(cluster, 0).resume()
+        code = job.finish(timeout=120)
+        assert code == 1, job.stderr[-3000:]
+        report = job.stderr[job.stderr.index("poprun_py: instance 0 of 2 failed"):]
+        assert report.startswith(f"poprun_py: instance 0 of 2 failed (host h0, pid ")
+        assert "No space left on device" in report
+        assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["ckpt-00000002.h5"]
+        assert chaos.ckpt.load_checkpoint(run_dir / "checkpoints" / "ckpt-00000002.h5")[1]["step"] == 2
+        assert_nothing_left(cluster, run_dir)
