@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from tests.poprun_py.launcher_helpers import ROOT, launcher_env
@@ -113,8 +114,6 @@ def assert_nothing_left(cluster: NetnsCluster, run_dir: Path | None = None) -> N
     """No job process on any host, nothing in any host's /dev/shm, no half-written checkpoint."""
     for k in range(cluster.count):
         procs = cluster.job_processes(k)
-        import psutil
-
         _, alive = psutil.wait_procs(procs, timeout=10)
         assert not alive, f"left running on host {cluster.names[k]}: {[(p.pid, p.cmdline()) for p in alive]}"
         assert cluster.shm_files(k) == [], f"left in /dev/shm of host {cluster.names[k]}"

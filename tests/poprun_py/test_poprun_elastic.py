@@ -4,9 +4,6 @@ with the same replicas over fewer instances, and ends bitwise where the uninterr
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-import pytest
 
 from tests.poprun_py.real_hosts import (
     RunningJob,
@@ -14,23 +11,12 @@ from tests.poprun_py.real_hosts import (
     assert_nothing_left,
     make_cluster,
     pytestmark_real,
-    train_on,
+
 )
 
 pytestmark = pytestmark_real
 
 
-@pytest.fixture(scope="module")
-def single_host_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("single") / "run"
-    res = train_on(None, run_dir, instances=1)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return run_dir
-
-
-@pytest.fixture
-def two_hosts(tmp_path):
-    yield from make_cluster(tmp_path / "cluster", 2)
 
 
 def test_a_host_killed_mid_run_the_job_goes_on_with_the_other_bitwise(two_hosts, single_host_run, tmp_path):

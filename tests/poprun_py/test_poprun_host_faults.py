@@ -29,17 +29,6 @@ pytestmark = pytestmark_real
 HANG_S = 6.0
 
 
-@pytest.fixture(scope="module")
-def single_host_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("single") / "run"
-    res = train_on(None, run_dir, instances=1)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return run_dir
-
-
-@pytest.fixture
-def two_hosts(tmp_path):
-    yield from make_cluster(tmp_path / "cluster", 2)
 
 
 def _program_on(cluster, k: int) -> psutil.Process:
@@ -135,7 +124,7 @@ def test_a_full_disk_stops_the_job_naming_the_host_and_keeps_the_checkpoints(sma
         code = job.finish(timeout=120)
         assert code == 1, job.stderr[-3000:]
         report = job.stderr[job.stderr.index("poprun_py: instance 0 of 2 failed"):]
-        assert report.startswith(f"poprun_py: instance 0 of 2 failed (host h0, pid ")
+        assert report.startswith("poprun_py: instance 0 of 2 failed (host h0, pid ")
         assert "No space left on device" in report
         assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["ckpt-00000002.h5"]
         assert chaos.ckpt.load_checkpoint(run_dir / "checkpoints" / "ckpt-00000002.h5")[1]["step"] == 2

@@ -9,34 +9,19 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
-import pytest
 
 from tests.poprun_py.launcher_helpers import launcher_env, poprun, write_script
 from tests.poprun_py.real_hosts import (
     assert_bitwise_equal,
     assert_nothing_left,
-    make_cluster,
     pytestmark_real,
     train_on,
+
 )
 
 pytestmark = pytestmark_real
 
 
-@pytest.fixture
-def two_hosts(tmp_path):
-    yield from make_cluster(tmp_path / "cluster", 2)
-
-
-@pytest.fixture(scope="module")
-def single_host_run(tmp_path_factory) -> Path:
-    """The reference: the same training on this host alone, 1 instance x 4 replicas."""
-    run_dir = tmp_path_factory.mktemp("single") / "run"
-    res = train_on(None, run_dir, instances=1)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return run_dir
 
 
 WHERE = """
