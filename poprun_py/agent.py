@@ -12,7 +12,6 @@ Usage (built by the launcher): ``python -m poprun_py.agent SPEC_JSON -- program 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import select
@@ -29,9 +28,10 @@ import psutil
 
 from poprun_py import env as envc
 from poprun_py import wire
+from poprun_py.agent_spec import AgentSpec, attempt_dir
 from poprun_py.bootstrap import wrap_python
-from poprun_py.config import LaunchConfig
 from poprun_py.errors import plural
+from poprun_py.fence import Fence
 from poprun_py.lines import FRAME, LINE, LineSplitter
 from poprun_py.oom import oom_kill_count, was_oom_kill
 from poprun_py.cpu_binding import numa_nodes, spread_cpus, thread_env
@@ -52,41 +52,6 @@ STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this 
 PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
 TAIL_LINES = 40
 LINGER_S = 30.0  # after an abnormal end, wait at most this long for the launcher's release
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """What the launcher tells every agent (sent as JSON on the agent's command line).
-
-    ``instances`` is the job's placement, computed once by the launcher (``assign_instances``):
-    the agent of MPI rank ``r`` becomes ``instances[r]`` and hands it to its program through the
-    environment contract (``poprun_py.env.instance_env``).
-    """
-
-    config: LaunchConfig
-    run_id: str
-    instances: tuple[InstanceInfo, ...]
-    restart_count: int = 0
-    log_dir: str | None = None
-
-    def to_json(self) -> str:
-        fields_ = [f.name for f in dataclasses.fields(InstanceInfo)]
-        return json.dumps(
-            {"config": dataclasses.asdict(self.config), "run_id": self.run_id, "restart_count": self.restart_count,
-             "log_dir": self.log_dir, "instance_fields": fields_,
-             "instances": [[getattr(i, f) for f in fields_] for i in self.instances]}
-        )
-
-    @staticmethod
-    def from_json(text: str) -> "AgentSpec":
-        raw = json.loads(text)
-        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
-        infos = tuple(InstanceInfo(**dict(zip(raw["instance_fields"], row))) for row in raw["instances"])
-        return AgentSpec(LaunchConfig(**cfg), raw["run_id"], infos, raw["restart_count"], raw["log_dir"])
-
-
-def attempt_dir(log_dir: str, restart_count: int, instance: int) -> str:
-    return os.path.join(log_dir, f"attempt_{restart_count}", f"instance_{instance}")
 
 
 @dataclass
@@ -112,6 +77,7 @@ class Agent:
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
         self._shm = SegmentTracker(on_new=self._sweep_also)
+        self._fence = Fence(spec.config.hang_timeout, spec.config.grace_period, LINGER_S, self._fenced)
 
     # -- output to the launcher ---------------------------------------------------------------
     def send(self, kind: str, **fields) -> None:
@@ -176,6 +142,8 @@ class Agent:
         os.close(fd)
 
     def _emit(self, stream: str, pieces: list[tuple[str, str]]) -> None:
+        if pieces:
+            self._fence.touch()
         for kind, text in pieces:
             if stream == "err" and kind == LINE:
                 self._tail.append(text)
@@ -190,6 +158,7 @@ class Agent:
             buf += chunk
             *lines, buf = buf.split(b"\n")
             if lines:
+                self._fence.touch()
                 with self._progress_lock:
                     self._progress["what"] = lines[-1].decode(errors="replace")[:200]
                     self._progress["n"] += len(lines)
@@ -232,6 +201,7 @@ class Agent:
         # does, once another rank ended abnormally), the sweeper still finds every descendant by
         # the token in its environment, including those in sessions of their own.
         self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token)
+        self._fence.start()
         cpus = self._place()
         self._open_logs()
         progress_r, progress_w = os.pipe()
@@ -279,6 +249,7 @@ class Agent:
         self.send(wire.EXIT, code=code, signal=sig, duration=round(duration, 3), stopped=stopped,
                   ended_at=ended_at, error=_read_error_file(error_file), tail=list(self._tail), oom=oom)
         if stopped or sig or code:
+            self._fence.ended()
             self._linger()
             # Every instance has ended: the MPI segments its processes mapped are garbage now
             # (MPICH unlinks them only in MPI_Finalize, which an abnormal end never reaches).
@@ -312,6 +283,7 @@ class Agent:
     def finish(self) -> None:
         """Stop everything left, dismiss the sweeper (as a subreaper, this agent's tree holds every
         descendant, so the kill above found them all) and reap it."""
+        self._fence.cancel()
         self.kill_tree()
         if self._sweeper is not None:
             pid, fd = self._sweeper
@@ -336,11 +308,13 @@ class Agent:
                 pass
             if self._shm.due(time.monotonic()):
                 self._scan_shm()
+
             while state.forward:
                 signal_tree(child.pid, [], state.forward.pop(0))
             if state.stop_requests > handled:
                 handled = state.stop_requests
                 if handled == 1:
+                    self._fence.stopping()
                     first = signal.SIGINT if state.stop_signal == signal.SIGINT else signal.SIGTERM
                     tree = self._tree()
                     self._scan_shm(tree)  # the last moment every process of the tree is sure to be alive
@@ -352,6 +326,20 @@ class Agent:
                 signal_tree(child.pid, self._tree(), signal.SIGKILL)
                 kill_at = time.monotonic() + 1.0
             self._flush_progress()
+
+    def _fenced(self, why: str) -> None:
+        """Out of the launcher's reach (``poprun_py.fence``): stop everything of this instance here."""
+        log = self._logs.get("stderr")
+        if log is not None:
+            log.write(f"poprun_py: instance {self.info.index} on host {socket.gethostname()} is out of the "
+                      f"launcher's reach: {why}; stopping it and its MPI proxy\n".encode())
+        tree = self._tree()
+        self._scan_shm(tree)
+        self.kill_tree()
+        psutil.wait_procs(tree, timeout=2.0)
+        self._shm.remove()
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _tree(self) -> list:
         spare = self._sweeper[0] if self._sweeper else None

@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--grace-period", type=_seconds, metavar="S", default=10.0, help="seconds between SIGTERM and SIGKILL when stopping")
     ctl.add_argument("--hang-timeout", type=_seconds, metavar="S", default=None, help="stop the job when an instance makes no progress for this long; default off")
     ctl.add_argument("--max-restarts", type=int, metavar="N", default=0, help="restart a failed job this many times (POPRUN_RESTART_COUNT tells the program)")
+    ctl.add_argument("--min-instances", type=int, metavar="K", default=None,
+                     help="elastic: restart on the hosts that answer, the same replicas over at least K instances; default off")
     p.add_argument("--version", action="version", version=f"poprun_py {__version__}")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the command each instance runs")
     return p
@@ -170,7 +172,7 @@ def config_from_args(args: argparse.Namespace, *, mpi_size: int | None = None) -
         executable_cache_path=args.executable_cache_path, verbose=args.verbose, dry_run=args.dry_run,
         log_dir=os.path.abspath(args.log_dir) if args.log_dir else None, output_tag=args.output_tag,
         grace_period=args.grace_period, hang_timeout=args.hang_timeout, max_restarts=args.max_restarts,
-        mpiexec=args.mpiexec,
+        min_instances=args.min_instances, mpiexec=args.mpiexec,
     )
     hosts = ("localhost",) if mpi_size else _hosts(args)
     extra["preflight"] = args.preflight if args.preflight is not None else hosts != ("localhost",)

@@ -38,6 +38,7 @@ class LaunchConfig:
     grace_period: float = 10.0
     hang_timeout: float | None = None
     max_restarts: int = 0
+    min_instances: int | None = None  # elastic: restart on the hosts that answer (poprun_py/elastic.py)
     mpiexec: str | None = None
     preflight: bool = False  # check every host before starting (poprun_py/preflight.py)
 
@@ -129,6 +130,7 @@ def validate_config(
             f"--only-output-from-instance {only} is out of range: instances are 0..{num_instances - 1}"
         )
     _validate_rest(rest)
+    _validate_elastic(rest.get("min_instances"), num_instances, rest.get("max_restarts", 0))
     return LaunchConfig(
         program=tuple(program),
         num_instances=num_instances,
@@ -160,3 +162,14 @@ def _validate_rest(rest: dict) -> None:
             f"--output-tag {tag!r} is not a valid template ({err}); use fields "
             + ", ".join("{" + f + "}" for f in TAG_FIELDS)
         ) from None
+
+
+def _validate_elastic(min_instances: int | None, num_instances: int, max_restarts: int) -> None:
+    if min_instances is None:
+        return
+    if not 1 <= min_instances <= num_instances:
+        raise ConfigError(f"--min-instances {min_instances} is out of range: give 1 to --num-instances "
+                          f"{num_instances}")
+    if max_restarts < 1:
+        raise ConfigError(f"--min-instances {min_instances} restarts the job on the hosts that answer, which "
+                          f"needs restarts: add --max-restarts N (N >= 1)")

@@ -18,19 +18,19 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import psutil
 
-from poprun_py import wire
-from poprun_py.agent import AgentSpec, attempt_dir
+from poprun_py import elastic, wire
+from poprun_py.agent_spec import AgentSpec, attempt_dir
 from poprun_py.config import LaunchConfig
-from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, plural, signal_name
+from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, ConfigError, plural, signal_name
 from poprun_py.mpi_command import agent_command, build_mpiexec_argv
 from poprun_py.output import Console, TagFields
 from poprun_py.processes import child_preexec
 from poprun_py.report import InstanceState, failure_report, hang_report
-from poprun_py.topology import InstanceInfo
+from poprun_py.topology import InstanceInfo, assign_instances
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class AttemptResult:
     mpi_returncode: int | None
     started: float
     ended: float
+    command: list[str]
+    infos: list[InstanceInfo]  # the topology it ran with (elastic restarts change it)
+    lost_hosts: dict[str, str] = field(default_factory=dict)  # found lost after it ended, with why
 
 
 class Job:
@@ -84,6 +87,8 @@ class Job:
                 self._write_run_record()
                 if result.reason in ("ok", "interrupted") or restart == self.config.max_restarts:
                     return result.exit_code
+                if not self._keep_answering_hosts(result):
+                    return result.exit_code
                 self.console.message(
                     f"poprun_py: restarting the job ({restart + 1} of {self.config.max_restarts}); "
                     f"the program sees POPRUN_RESTART_COUNT={restart + 1}"
@@ -93,6 +98,29 @@ class Job:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.console.close()
+
+    def _keep_answering_hosts(self, result: AttemptResult) -> bool:
+        """``--min-instances``: go on without the hosts that no longer answer (``poprun_py.elastic``);
+        False when the replicas cannot be placed on those that do."""
+        if self.config.min_instances is None or len(self.config.hosts) < 2:
+            return True
+        lost = elastic.probe_hosts(self.config, mpiexec=self.mpiexec, flavor=self.flavor, python=self.python)
+        if not lost:
+            return True
+        result.lost_hosts = lost
+        try:
+            config = elastic.shrink(self.config, [h for h in self.config.hosts if h not in lost])
+        except ConfigError as err:
+            self.console.message(f"poprun_py: {elastic.describe_loss(lost)}; {err}; stopping")
+            self._write_run_record()
+            return False
+        self.config, self.infos = config, assign_instances(config)
+        self.console.message(
+            f"poprun_py: {elastic.describe_loss(lost)}; going on with {plural(len(config.hosts), 'host')} "
+            f"({', '.join(config.hosts)}): {plural(config.num_instances, 'instance')} x "
+            f"{plural(config.replicas_per_instance, 'local replica')}, the same {config.num_replicas} replicas")
+        self._write_run_record()
+        return True
 
     # -- signals -------------------------------------------------------------------------------
     def _install_signals(self) -> dict:
@@ -164,7 +192,7 @@ class Job:
             cause = states[watch.root_cause]
             self.console.message(failure_report(cause, len(states), self._log_hint(cause.index)))
         return AttemptResult(restart, code, reason, watch.root_cause, states, proc.returncode,
-                             started, time.time())
+                             started, time.time(), argv, list(self.infos))
 
     def _read(self, pipe, stream: str) -> None:
         for line in iter(pipe.readline, b""):
@@ -231,7 +259,10 @@ class Job:
             "topology": [asdict(i) for i in self.infos],
             "attempts": [
                 {
-                    "restart_count": a.restart_count, "command": self.argv(a.restart_count),
+                    "restart_count": a.restart_count, "command": a.command,
+                    "hosts": list(dict.fromkeys(i.host for i in a.infos)),
+                    "num_instances": len(a.infos), "local_replicas": a.infos[0].num_local_replicas,
+                    "lost_hosts": a.lost_hosts,
                     "started": a.started, "ended": a.ended, "duration_s": round(a.ended - a.started, 3),
                     "exit_code": a.exit_code, "reason": a.reason, "root_cause_instance": a.root_cause,
                     "mpi_returncode": a.mpi_returncode, "instances": [s.to_json() for s in a.states],

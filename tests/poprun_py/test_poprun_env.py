@@ -93,7 +93,7 @@ def test_option_defaults():
 
 
 def test_the_agents_spec_carries_the_launchers_placement_unchanged():
-    from poprun_py.agent import AgentSpec
+    from poprun_py.agent_spec import AgentSpec
 
     config = validate_config(program=("x",), num_instances=4, num_replicas=8, ipus_per_replica=2, hosts=("a", "b"))
     spec = AgentSpec(config, "run", tuple(assign_instances(config)), restart_count=1, log_dir="/l")
