@@ -17,6 +17,11 @@ prediction settings); every other key must match.
   its newest checkpoint of that run, after checking that the configuration and the model match.
 * ``--resume PATH`` continues from that checkpoint, checked the same way.
 
+Whatever its form, the folder is claimed atomically: instance 0 takes its lock
+(``launch.train.run_lock``) before it looks, and holds it for the run's life, so of two jobs
+started together into one folder exactly one runs and the other is refused with the message above
+(a folder in use by a run still going says so, and to wait for it to end before ``--resume auto``).
+
 :func:`prepare` decides on instance 0 and tells every instance (a collective), so that all of them
 write to the same folder and fail together.
 """
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from launch.train import checkpoint as ckpt
+from launch.train import run_lock
 from launch.train.checkpoint import param_signature
 
 logger = logging.getLogger(__name__)
@@ -221,14 +227,32 @@ def decide(config: dict[str, dict[str, Any]], how: str, *, launcher_run_id: str 
 
 
 def _fresh(given: str, now: float | None) -> Decision:
+    run_id = new_run_id(now)
     if is_template(given):
-        return Decision(str(claim_new(given, now)), new_run_id(now), None, True)
+        folder = claim_new(given, now)
+        _lock(folder, run_id)
+        return Decision(str(folder), run_id, None, True)
+    _lock(Path(given), run_id)
     if holds_run(given):
+        run_lock.release(given)
         raise RunDirError(_in_use(Path(given)))
-    return Decision(given, new_run_id(now), None, True)
+    return Decision(given, run_id, None, True)
 
 
-def _in_use(folder: Path) -> str:
+def _lock(folder: Path, run_id: str) -> None:
+    """Take ``folder``'s lock for this run's life, or refuse: another run is using it now."""
+    try:
+        run_lock.acquire(folder, run_id)
+    except run_lock.RunDirLocked as err:
+        raise RunDirError(_in_use(folder, running=err.holder or "starting now")) from None
+
+
+def _in_use(folder: Path, running: str = "") -> str:
+    """The one line refusing a run: ``running`` names a run that holds the folder's lock now."""
+    if running:
+        return (f"run.run_dir {folder} is in use by run {running}, running now: this run would mix its files with "
+                f"it. Choose a new --set run.run_dir=..., number the runs: --set 'run.run_dir={folder}/{{n}}', or "
+                "continue that run with --resume auto once it has ended")
     identity = read_identity(folder) or {}
     latest = ckpt.find_latest(folder)
     what = f"run {identity['run_id']}" if identity.get("run_id") else "another run's files"
@@ -240,6 +264,7 @@ def _in_use(folder: Path) -> str:
 
 def _continue(folder: Path, config: dict, restart_of: str) -> Decision:
     """Resume the run in ``folder`` from its newest checkpoint of that run, if the config matches."""
+    _lock(folder, (read_identity(folder) or {}).get("run_id", ""))
     identity = read_identity(folder)
     if identity is not None:
         _check_config(identity.get("config", {}), config, folder / IDENTITY_FILE)
@@ -266,8 +291,12 @@ def _from_checkpoint(path: Path, config: dict, given: str, now: float | None) ->
     if is_template(given):
         parent, name = _split_template(given)
         if own.parent == parent.resolve() and _pattern(name).match(own.name):
+            _lock(own, run_id)
             return Decision(str(own), run_id, str(path), False)
-        return Decision(str(claim_new(given, now)), run_id, str(path), True)
+        folder = claim_new(given, now)
+        _lock(folder, run_id)
+        return Decision(str(folder), run_id, str(path), True)
+    _lock(Path(given), run_id)
     identity = read_identity(given)
     if identity is not None:
         foreign = identity.get("run_id") != run_id
