@@ -42,12 +42,12 @@ ONNX_BASE = "resnet50-pod16"  # the plan of --onnx without --config or --preset
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poprun-ipu", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-ipu", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("predict", help="memory fit and predicted cost of a configuration, or a sweep of them")
-    q = sub.add_parser("profile", help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
-    v = sub.add_parser("validate", help="compare the model's parts and ResNet-50 predictions with public figures")
+    p = sub.add_parser("predict", allow_abbrev=False, help="memory fit and predicted cost of a configuration, or a sweep of them")
+    q = sub.add_parser("profile", allow_abbrev=False, help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
+    v = sub.add_parser("validate", allow_abbrev=False, help="compare the model's parts and ResNet-50 predictions with public figures")
     for s in (p, q):
         which = s.add_mutually_exclusive_group()
         which.add_argument("--config", metavar="NAME",

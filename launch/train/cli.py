@@ -55,7 +55,7 @@ logger = logging.getLogger("launch.train")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="poprun-train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-train", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="default", help="a name in launch/train/configs.yml, or file.yml[:name]")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a config field (repeatable), e.g. --set optim.momentum=0.9")
