@@ -119,7 +119,9 @@ def _predict_or_profile(args) -> int:
     base = base_plan(args.config, args.preset or (None if args.config else ONNX_BASE), args.set, bool(args.onnx))
     profile_for = load_profile
     if args.onnx:
-        profile_for, plan = open_onnx(args.onnx, base.plan, grid.get("image_size", ()), args.num_classes, splits)
+        # with --config, the image size of its dataset (as poprun-train would run it), unless --image-size is given
+        sizes = grid.get("image_size") or ((base.plan.image_size,) if args.config else ())
+        profile_for, plan = open_onnx(args.onnx, base.plan, sizes, args.num_classes, splits)
         base = Base(f"{Path(args.onnx).stem}", plan, base.momentum, base.note)
     if base.note:
         print(f"poprun-ipu: {base.note}", file=sys.stderr)
