@@ -215,6 +215,12 @@ def decide(config: dict[str, dict[str, Any]], how: str, *, launcher_run_id: str 
     checkpoint's path. ``restart``: this is a restart by ``poprun_py --max-restarts`` of the
     launcher job ``launcher_run_id``. Raises :class:`RunDirError` with the fix; creates the folder
     of a template (``{n}``, ``{time}``)."""
+    decision = _decide(config, how, launcher_run_id, restart, now)
+    run_lock.record(decision.run_dir, decision.run_id)  # the folder's lock names the run that holds it
+    return decision
+
+
+def _decide(config: dict, how: str, launcher_run_id: str, restart: bool, now: float | None) -> Decision:
     given = config["run"]["run_dir"]
     if how == "none":
         return _fresh(given, now)
@@ -230,19 +236,21 @@ def _fresh(given: str, now: float | None) -> Decision:
     run_id = new_run_id(now)
     if is_template(given):
         folder = claim_new(given, now)
-        _lock(folder, run_id)
+        _lock(folder)
         return Decision(str(folder), run_id, None, True)
-    _lock(Path(given), run_id)
-    if holds_run(given):
+    if holds_run(given):  # the common refusal: nothing taken, nothing written
+        raise RunDirError(_in_use(Path(given)))
+    _lock(Path(given))
+    if holds_run(given):  # another start took the folder, wrote into it and ended between the two looks
         run_lock.release(given)
         raise RunDirError(_in_use(Path(given)))
     return Decision(given, run_id, None, True)
 
 
-def _lock(folder: Path, run_id: str) -> None:
+def _lock(folder: Path) -> None:
     """Take ``folder``'s lock for this run's life, or refuse: another run is using it now."""
     try:
-        run_lock.acquire(folder, run_id)
+        run_lock.acquire(folder)
     except run_lock.RunDirLocked as err:
         raise RunDirError(_in_use(folder, running=err.holder or "starting now")) from None
 
@@ -264,7 +272,7 @@ def _in_use(folder: Path, running: str = "") -> str:
 
 def _continue(folder: Path, config: dict, restart_of: str) -> Decision:
     """Resume the run in ``folder`` from its newest checkpoint of that run, if the config matches."""
-    _lock(folder, (read_identity(folder) or {}).get("run_id", ""))
+    _lock(folder)
     identity = read_identity(folder)
     if identity is not None:
         _check_config(identity.get("config", {}), config, folder / IDENTITY_FILE)
@@ -291,12 +299,12 @@ def _from_checkpoint(path: Path, config: dict, given: str, now: float | None) ->
     if is_template(given):
         parent, name = _split_template(given)
         if own.parent == parent.resolve() and _pattern(name).match(own.name):
-            _lock(own, run_id)
+            _lock(own)
             return Decision(str(own), run_id, str(path), False)
         folder = claim_new(given, now)
-        _lock(folder, run_id)
+        _lock(folder)
         return Decision(str(folder), run_id, str(path), True)
-    _lock(Path(given), run_id)
+    _lock(Path(given))
     identity = read_identity(given)
     if identity is not None:
         foreign = identity.get("run_id") != run_id

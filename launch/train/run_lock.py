@@ -3,7 +3,8 @@
 Instance 0 takes ``<run_dir>/.run.lock`` (an exclusive POSIX lock, ``fcntl.lockf``, which NFS
 shares between hosts) before it decides to start or continue a run in the folder, and keeps it
 until its process ends; the kernel releases it then, also after a crash or SIGKILL, so a lock is
-never stale. The file holds the run id of its holder, for the message another start prints.
+never stale. The file holds the run id of its holder (once its run is decided), for the message
+another start prints; a start that is refused writes nothing.
 
 The check that the folder holds no run and the first write into it happen under the lock, so of
 two jobs started together into one folder exactly one takes it; the other is refused (it finds the
@@ -32,9 +33,9 @@ class RunDirLocked(Exception):
         self.folder, self.holder = folder, holder
 
 
-def acquire(folder: str | os.PathLike, run_id: str) -> None:
-    """Take ``folder``'s lock for this process (creating the folder), recording ``run_id`` in it;
-    raise :class:`RunDirLocked` when another process holds it."""
+def acquire(folder: str | os.PathLike) -> None:
+    """Take ``folder``'s lock for this process (creating the folder); raise :class:`RunDirLocked`
+    when another process holds it. Nothing is written: :func:`record` names the run once it is decided."""
     path = Path(folder)
     key = str(path.resolve())
     if key in _held:
@@ -47,9 +48,14 @@ def acquire(folder: str | os.PathLike, run_id: str) -> None:
         holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
         os.close(fd)  # this process held no lock on the file: closing it releases nothing
         raise RunDirLocked(path, holder) from None
+    _held[key] = fd
+
+
+def record(folder: str | os.PathLike, run_id: str) -> None:
+    """Write the run that holds ``folder``'s lock into the lock file (for another start's message)."""
+    fd = _held[str(Path(folder).resolve())]
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{run_id}\n".encode(), 0)
-    _held[key] = fd
 
 
 def holds(folder: str | os.PathLike) -> bool:
@@ -64,4 +70,4 @@ def release(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-__all__ = ["LOCK_FILE", "RunDirLocked", "acquire", "holds", "release"]
+__all__ = ["LOCK_FILE", "RunDirLocked", "acquire", "holds", "record", "release"]

@@ -13,7 +13,10 @@ import numpy as np
 from jit.compile_watch import CompileWatch
 from launch.train.first_compile import notice_text
 from launch.train.report import throughput_text
-from tests.launch.train.test_run_identity_e2e import DENSE, ROOT, env
+from tests.launch.train.train_runs import ROOT, env
+
+DENSE = ["--config", "dense", "--set", "model.options={hidden: [32]}", "--set", "run.progress_bar=false",
+         "--set", "run.plots=false", "--set", "run.tensorboard=false"]
 
 
 def test_the_watch_sees_the_first_compile_begin_once_and_times_every_compile():

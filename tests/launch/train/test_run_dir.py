@@ -211,7 +211,8 @@ def test_a_folder_in_use_by_a_running_run_is_refused_and_free_again_when_it_ends
 
     folder = tmp_path / "busy"
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from launch.train import run_lock; "
-                               f"run_lock.acquire({str(folder)!r}, 'run-a'); print('held', flush=True); "
+                               f"run_lock.acquire({str(folder)!r}); run_lock.record({str(folder)!r}, 'run-a'); "
+                               "print('held', flush=True); "
                                "sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               cwd=rundir.Path(__file__).resolve().parents[3])
     try:
