@@ -31,11 +31,11 @@ PRESETS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poprun-data", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    kinds = commands.add_parser("convert", help="write a dataset file").add_subparsers(dest="kind", required=True)
-    idx = kinds.add_parser("idx", help="MNIST-format IDX files (train-*, t10k-*; gzip or not)")
+    kinds = commands.add_parser("convert", allow_abbrev=False, help="write a dataset file").add_subparsers(dest="kind", required=True)
+    idx = kinds.add_parser("idx", allow_abbrev=False, help="MNIST-format IDX files (train-*, t10k-*; gzip or not)")
     idx.add_argument("source")
     idx.add_argument("out")
     names = idx.add_mutually_exclusive_group()
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("--val-limit", type=int, help="same for validation (the t10k files)")
     idx.add_argument("--compression", choices=COMPRESSIONS, default="none")
     idx.add_argument("--chunk-rows", type=int, default=1024)
-    images = kinds.add_parser("images", help="a folder of class sub-folders of JPEG/PNG images")
+    images = kinds.add_parser("images", allow_abbrev=False, help="a folder of class sub-folders of JPEG/PNG images")
     images.add_argument("source")
     images.add_argument("out")
     images.add_argument("--size", type=int, required=True, help="resize the shorter side, then centre-crop")
@@ -56,18 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     images.add_argument("--chunk-rows", type=int, default=256)
     images.add_argument("--source-text", default="", help="the 'source' attribute")
     images.add_argument("--licence", default="unknown", help="the 'licence' attribute")
-    synthetic = kinds.add_parser("synthetic", help="class-dependent synthetic images (throughput runs)")
+    synthetic = kinds.add_parser("synthetic", allow_abbrev=False, help="class-dependent synthetic images (throughput runs)")
     synthetic.add_argument("out")
     for name, default in (("train", 10000), ("val", 1000), ("height", 64), ("width", 64), ("channels", 3),
                           ("classes", 10), ("seed", 0), ("chunk-rows", 256)):
         synthetic.add_argument(f"--{name}", type=int, default=default)
     synthetic.add_argument("--noise", type=float, default=40.0)
     for name, text in (("info", "print the layout summary"), ("check", "read every chunk and checksum")):
-        commands.add_parser(name, help=text).add_argument("file")
+        commands.add_parser(name, allow_abbrev=False, help=text).add_argument("file")
     for sub in (idx, images, synthetic):
         sub.add_argument("--no-checksum", dest="checksum", action="store_false",
                          help="no fletcher32 per chunk: faster row-by-row streaming, corruption undetected")
-    full = commands.add_parser("fashion-mnist", help="print the default Fashion-MNIST file path")
+    full = commands.add_parser("fashion-mnist", allow_abbrev=False, help="print the default Fashion-MNIST file path")
     full.add_argument("--subset", action="store_true", help="always the shipped subset")
     return parser
 

@@ -180,7 +180,7 @@ def findings_for(cpu: str, features: str | None = None, vector_width: str = "aut
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.codegen", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m models.codegen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="append", choices=sorted(TARGETS), help="an LLVM CPU (default: all of them)")
     parser.add_argument("--vector-width", default="auto", choices=("auto", "256", "512"))
     parser.add_argument("--here", action="store_true", help="scan for this process's target and print JSON")

@@ -12,7 +12,7 @@ from models.kernels import wisdom
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.wisdom",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m models.wisdom",
                                      description="This machine's kernel wisdom: the formulation each product "
                                                  "shape goes through, as measured here (POPRUN_WISDOM).")
     parser.add_argument("--forget", action="store_true",

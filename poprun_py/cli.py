@@ -8,6 +8,7 @@ becomes that rank's instance and runs the program itself.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # a typo (--num-instance) is an error, not a guess
         prog="poprun_py",
         usage="poprun_py [options] [--] program [args...]",
         description="Launch a PopRun-style job of instances x replicas on simulated IPUs, through MPI. "
@@ -133,12 +135,24 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
                 action.default = int(raw) if action.dest == "verbose" else (action.type(raw) if action.type else raw)
             except (argparse.ArgumentTypeError, ValueError) as err:
                 parser.error(f"environment variable POPRUN_{action.dest.upper()}={raw!r}: {err}")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(_unknown_options(parser, unknown))
     if args.program and args.program[0] == "--":
         args.program = args.program[1:]
     if not args.program:
         parser.error("no program given: usage `poprun_py [options] [--] program [args...]`")
     return args
+
+
+def _unknown_options(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """The error for options the launcher does not know (never abbreviations: ``--num-instance``
+    is a typo, not ``--num-instances``), with the closest option it has."""
+    name = unknown[0].split("=", 1)[0]
+    known = [o for a in parser._actions for o in a.option_strings]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else "; see poprun_py --help"
+    return f"unrecognized option {name}{hint} (options are not abbreviated; a program's own options go after it)"
 
 
 def _hosts(args: argparse.Namespace) -> tuple[str, ...]:

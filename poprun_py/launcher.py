@@ -190,7 +190,8 @@ class Job:
         code, reason = watch.outcome(proc.returncode)
         if watch.root_cause is not None:
             cause = states[watch.root_cause]
-            self.console.message(failure_report(cause, len(states), self._log_hint(cause.index)))
+            self.console.message(failure_report(cause, len(states), self._log_hint(cause.index),
+                                                shown=self.console.shows(cause.index)))
         return AttemptResult(restart, code, reason, watch.root_cause, states, proc.returncode,
                              started, time.time(), argv, list(self.infos))
 

@@ -4,15 +4,22 @@ All writes happen from the launcher's single event loop, one ``write`` per line,
 different instances never mix. On a terminal a progress frame (a ``\\r`` redraw) is drawn in place
 on the bottom line and redrawn under any line that scrolls past; elsewhere (pipes, CI logs)
 frames become ordinary lines, at most one per ``frame_interval`` seconds per instance.
+
+A warning or an error that every instance logs alike (``[i/n] WARNING name: text``, the same text)
+is shown once per job: the first instance's line; the same line from another instance is dropped
+(:data:`SAID_ONCE`), so 16 instances print one config warning, not 16.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import TextIO
 
 CLEAR_LINE = "\r\x1b[K"
+# a log record an instance prints ("[1/16] WARNING launch.train: ..."): its text after the instance's tag
+SAID_ONCE = re.compile(r"^\[\d+/\d+\] ((?:WARNING|ERROR|CRITICAL) .*)$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Console:
         self._frame: str | None = None  # what is drawn on the bottom line (tty)
         self._frame_stream: TextIO | None = None
         self._last_frame_at: dict[int, float] = {}
+        self._said: dict[str, int] = {}  # a warning's or error's text -> the instance that showed it
 
     def tag(self, instance: int, stream: str) -> str:
         f = self.fields.get(instance) or TagFields(instance, "?", "?", 0, "?")
@@ -58,8 +66,16 @@ class Console:
         return self.only_instance is None or instance == self.only_instance
 
     def line(self, instance: int, stream: str, text: str) -> None:
-        if self.shows(instance):
+        if self.shows(instance) and not self._said_already(instance, text):
             self._write(self.out if stream == "out" else self.err, self.tag(instance, stream) + text + "\n")
+
+    def _said_already(self, instance: int, text: str) -> bool:
+        """True for a warning or error another instance has shown in the same words."""
+        match = SAID_ONCE.match(text)
+        if match is None:
+            return False
+        first = self._said.setdefault(match.group(1), instance)
+        return first != instance
 
     def frame(self, instance: int, stream: str, text: str) -> None:
         if not self.shows(instance):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from poprun_py.errors import describe_end, exit_hint, plural, shell_code, signal_name
 from poprun_py.faults import INJECTED
@@ -50,8 +50,10 @@ class InstanceState:
         }
 
 
-def failure_report(state: InstanceState, num_instances: int, log_hint: str | None) -> str:
-    """The root-cause report for the first instance that failed."""
+def failure_report(state: InstanceState, num_instances: int, log_hint: str | None, shown: bool = False) -> str:
+    """The root-cause report for the first instance that failed. ``shown``: the console relayed that
+    instance's output, so its error is on the screen already: the report points to it instead of
+    printing its traceback or last stderr lines a second time."""
     where = f"host {state.host}, pid {state.pid}"
     dur = f" after {state.duration:.1f} s" if state.duration is not None else ""
     lines = [
@@ -60,6 +62,11 @@ def failure_report(state: InstanceState, num_instances: int, log_hint: str | Non
         f"  cause: {_cause(state)}",
     ]
     tb = ((state.error or {}).get("traceback") or "").rstrip()
+    if shown and state.signal is None:  # on the screen already: say where, do not print it again
+        lines[1] = lines[1].replace("; its traceback or last stderr lines are below", "")
+        lines.append(f"  its error: in the output above (its own lines are tagged [{state.index}]; an error that "
+                     "every instance gives alike is shown once)")
+        tb, state = "", replace(state, tail=[], error=None)
     if tb:
         lines.append(f"  traceback from instance {state.index}:")
         lines += ["    " + line for line in tb.splitlines()[-TRACEBACK_LINES:]]

@@ -204,3 +204,17 @@ def test_same_output_catches_a_changed_figure():
     assert not same_output(line, ["[0] validation: loss 0.5112, accuracy 0.8230 on 2000 images"], exact=True)
     assert not same_output(line, ["[0] validation: loss 0.6111, accuracy 0.8225 on 2000 images"], exact=False)
     assert not same_output(line, ["[0] validation: loss 0.5111, accuracy 0.8225 on 1000 images"], exact=False)
+
+
+def test_the_data_quick_start_runs_as_printed_and_its_command_too(tmp_path, monkeypatch, capsys):
+    """docs/data.md's quick start: its Python block, from a folder outside the repository, and the command
+    that runs the complete custom loop it points to (launch/examples/custom_loop.py) under the launcher."""
+    (code,) = [b.code for b in blocks(DOCS / "data.md") if b.lang == "python"]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/data.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines()[-1] == "(2, 2, 16, 28, 28, 1) uint8 float32 (0, 1) 16"
+    (command,) = [b.code for b in blocks(DOCS / "data.md") if b.lang == "bash" and b.section == "Quick start"]
+    out = run(command, tmp_path).stdout.splitlines()
+    assert out[-1].startswith("[0] validation accuracy ") and out[-1].endswith(" on 2000 images"), out
+    losses = [float(line.split("loss ")[1].split()[0]) for line in out if " loss " in line]
+    assert len(losses) == 3 and losses[-1] < losses[0] < 2.3  # it learns: below chance (ln 10) and falling

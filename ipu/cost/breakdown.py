@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ipu.cost.layer_names import column_width, short_names
 from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.prediction import Prediction
 
@@ -83,10 +84,12 @@ def format_profile(name: str, prediction: Prediction, top: int | None = None) ->
     """The profile as a table; ``top``: only the most expensive layers of each IPU."""
     plan = prediction.plan
     clock = plan.pod.chip.clock_hz
-    head = f"{'layer':34} {'kind':7} " + " ".join(f"{c:>9}" for c in CATEGORIES) + f" {'total us':>9} {'sets':>5}  plan"
     lines = [f"=== profile {name} on {plan.system} ({plan.pod.chip.name}): cycles per micro-batch of "
              f"{plan.micro_batch}, fwd + recomp + bwd"]
     rows = profile_rows(prediction)
+    names = short_names([r.layer for r in rows])  # the shortest suffix telling the rows apart (ipu.cost.layer_names)
+    width = column_width(list(names.values()), 34)
+    head = f"{'layer':{width}} {'kind':7} " + " ".join(f"{c:>9}" for c in CATEGORIES) + f" {'total us':>9} {'sets':>5}  plan"
     for stage in prediction.stages:
         mine = [r for r in rows if r.ipu == stage.ipu]
         shown = sorted(mine, key=lambda r: -r.total.total)[:top] if top else mine
@@ -94,10 +97,10 @@ def format_profile(name: str, prediction: Prediction, top: int | None = None) ->
                   head]
         for r in shown:
             t = r.total
-            lines.append(f"{r.layer[:34]:34} {r.kind:7} " + " ".join(f"{getattr(t, c):9.0f}" for c in CATEGORIES)
+            lines.append(f"{names[r.layer]:{width}} {r.kind:7} " + " ".join(f"{getattr(t, c):9.0f}" for c in CATEGORIES)
                          + f" {t.total / clock * 1e6:9.1f} {t.compute_sets:5d}  {r.plan}")
         total = stage.per_micro_batch
-        lines.append(f"{'IPU total (one micro-batch)':42} " + " ".join(f"{getattr(total, c):9.0f}" for c in CATEGORIES)
+        lines.append(f"{'IPU total (one micro-batch)':{width + 8}} " + " ".join(f"{getattr(total, c):9.0f}" for c in CATEGORIES)
                      + f" {total.total / clock * 1e6:9.1f} {total.compute_sets:5d}")
         per_update = {"accumulate x GA": stage.accumulate * plan.gradient_accumulation, **stage.optimizer}
         lines.append("per update: " + ", ".join(f"{k} {v.total / clock * 1e3:.3f} ms ({v.compute_sets} sets)"

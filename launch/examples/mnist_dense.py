@@ -31,7 +31,7 @@ def optimizer_function(logits, labels):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="dataset file (default: the bundled subset)")
     parser.add_argument("--calls", type=int, default=20, help="host calls")
     parser.add_argument("--steps-per-call", type=int, default=10, help="weight updates per host call")

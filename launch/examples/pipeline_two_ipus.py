@@ -37,7 +37,7 @@ def optimizer_function(logits, labels):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10, help="host calls")
     parser.add_argument("--steps-per-call", type=int, default=10, help="weight updates per host call")
     parser.add_argument("--schedule", choices=["grouped", "interleaved", "sequential"], default="grouped")

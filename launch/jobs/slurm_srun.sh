@@ -19,6 +19,12 @@
 #SBATCH --open-mode=append
 #SBATCH --signal=B:USR1@120
 set -euo pipefail
+if [[ -z "${SLURM_JOB_ID:-}" || -z "${SLURM_NTASKS:-}" ]]; then
+    echo "$0: not inside a Slurm job (SLURM_JOB_ID and SLURM_NTASKS are unset): submit it with" \
+         "sbatch $0 [config] [training options], e.g. sbatch -N 1 --ntasks-per-node 2 -c 1 $0 dense;" \
+         "without Slurm run poprun_py directly: poprun_py --num-instances 2 --num-replicas 4 poprun-train" >&2
+    exit 2
+fi
 config=${1:-default}
 shift $(( $# > 0 ? 1 : 0 ))
 # --kill-on-bad-exit stops every task when one fails; poprun_py also calls MPI_Abort on an uncaught error.

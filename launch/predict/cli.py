@@ -43,12 +43,12 @@ ONNX_BASE = "resnet50-pod16"  # the plan of --onnx without --config or --preset
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poprun-ipu", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-ipu", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("predict", help="memory fit and predicted cost of a configuration, or a sweep of them")
-    q = sub.add_parser("profile", help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
-    v = sub.add_parser("validate", help="compare the model's parts and ResNet-50 predictions with public figures")
+    p = sub.add_parser("predict", allow_abbrev=False, help="memory fit and predicted cost of a configuration, or a sweep of them")
+    q = sub.add_parser("profile", allow_abbrev=False, help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
+    v = sub.add_parser("validate", allow_abbrev=False, help="compare the model's parts and ResNet-50 predictions with public figures")
     for s in (p, q):
         which = s.add_mutually_exclusive_group()
         which.add_argument("--config", metavar="NAME",
@@ -129,7 +129,9 @@ def _predict_or_profile(args) -> int:
     base = base_plan(args.config, args.preset or (None if args.config else ONNX_BASE), args.set, bool(args.onnx))
     profile_for = load_profile
     if args.onnx:
-        profile_for, plan = open_onnx(args.onnx, base.plan, grid.get("image_size", ()), args.num_classes, splits)
+        # with --config, the image size of its dataset (as poprun-train would run it), unless --image-size is given
+        sizes = grid.get("image_size") or ((base.plan.image_size,) if args.config else ())
+        profile_for, plan = open_onnx(args.onnx, base.plan, sizes, args.num_classes, splits)
         base = Base(f"{Path(args.onnx).stem}", plan, base.momentum, base.note)
     if base.note:
         print(f"poprun-ipu: {base.note}", file=sys.stderr)

@@ -14,7 +14,7 @@ from ipu import cli as ipu_text
 from ipu.memory import fit
 from ipu.plan import IpuPlan, get_preset, load_profile
 from launch.predict.base import Base
-from launch.predict.sweep import PLAN_OPTIONS, UsageError, combinations, is_sweep, plan_for
+from launch.predict.sweep import PLAN_OPTIONS, UsageError, batch_rule, combinations, is_sweep, plan_for
 from launch.predict.sweep_report import ProfileSource, format_table, plot_sweep, sweep, sweep_dict
 
 EXIT_DOES_NOT_FIT = 1
@@ -74,10 +74,11 @@ def predict_plans(base: Base, grid: dict[str, tuple], epochs: float | None, as_j
     if all(r.plan is None for r in rows):
         raise UsageError(f"no combination can run; the first: {rows[0].error}")
     title = f"{base.name}: {base.plan.model} at {base.plan.image_size}px, {epochs:g} epochs"
+    rule = batch_rule(grid, base.plan)
     if as_json:
-        print(json.dumps(sweep_dict(base.name, rows, epochs, grid), indent=1))
+        print(json.dumps({**sweep_dict(base.name, rows, epochs, grid), "batch_rule": rule}, indent=1))
     else:
-        print(format_table(rows, title))
+        print(format_table(rows, f"{title}; {rule}"))
     if plot:
         png = plot_sweep(rows, plot, title)
         print(f"wrote {png}", file=sys.stderr if as_json else sys.stdout)

@@ -8,7 +8,9 @@ Pure functions (no model, no I/O): ``launch.predict`` parses the command line wi
 * :func:`batch_split`: replicas fill the system (its IPUs / IPUs per replica) when a row names the system
   or the IPUs per replica, else they are the configuration's; gradient accumulation is
   global batch / (micro-batch x replicas), which must be a whole number: the global batch is the
-  configuration's unless ``--global-batch`` sets it.
+  configuration's unless ``--global-batch`` sets it. With ``--gradient-accumulation`` the accumulation is
+  held instead and the global batch follows (micro-batch x replicas x accumulation): a micro-batch
+  sweep then asks "the largest micro-batch that fits" directly. :func:`batch_rule` says which holds.
 * :func:`plan_for`: the configuration's pipeline splits are kept for its own IPUs per replica; any other
   count of IPUs gets an automatic split (``ipu.pipeline.split.split_balanced`` by FLOPs, through
   ``IpuPlan.pipeline_splits=()``). A row on another system than the configuration's gets that system's
@@ -100,6 +102,8 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
     PlanOption("--chip", "chip", _one_of(tuple(CHIPS), str.lower), "the IPU: " + ", ".join(CHIPS)),
     PlanOption("--global-batch", "global_batch", _positive, "images per weight update"),
     PlanOption("--micro-batch", "micro_batch", _positive, "images per replica per pass"),
+    PlanOption("--gradient-accumulation", "gradient_accumulation", _positive,
+               "micro-batches per replica per update; given, it is held and the global batch follows"),
     PlanOption("--ipus-per-replica", "ipus_per_replica", _power_of_two, "pipeline stages (a power of two)"),
     PlanOption("--precision", "precision", _one_of(tuple(PRECISIONS), str), "compute.weights: " + ", ".join(PRECISIONS)),
     PlanOption("--image-size", "image_size", _positive, "pixels per side"),
@@ -166,8 +170,15 @@ def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0,
     micro = int(choice.get("micro_batch", base.micro_batch))  # type: ignore[arg-type]
     refills = "system" in choice or "ipus_per_replica" in choice
     replicas = replicas_for(system, ipus) if refills else base.replicas
-    global_batch = int(choice.get("global_batch", base.global_batch))  # type: ignore[arg-type]
-    accumulation = batch_split(global_batch, micro, replicas)
+    if "gradient_accumulation" in choice:  # held: the global batch follows
+        if "global_batch" in choice:
+            raise UsageError("--global-batch and --gradient-accumulation both fix the batch: give one (the other "
+                             "follows from the micro-batch and the replicas)")
+        accumulation = int(choice["gradient_accumulation"])  # type: ignore[arg-type]
+        global_batch = micro * replicas * accumulation
+    else:
+        global_batch = int(choice.get("global_batch", base.global_batch))  # type: ignore[arg-type]
+        accumulation = batch_split(global_batch, micro, replicas)
     given = bool(splits) and len(splits) + 1 == ipus
     stages = ipus if ipus != base.ipus_per_replica or not base.device_mapping or splits else len(base.device_mapping)
     if stages > 1 and accumulation < 2 * stages:
@@ -190,6 +201,18 @@ def plan_for(base: IpuPlan, choice: Mapping[str, object], momentum: float = 0.0,
         return replace(base, **fields)
     except ValueError as err:
         raise ValueError(f"{describe_choice(choice) or 'the configuration'}: {err}") from None
+
+
+def batch_rule(grid: Mapping[str, Sequence], base: IpuPlan) -> str:
+    """What a sweep holds fixed, the global batch or the gradient accumulation, in one line."""
+    if "gradient_accumulation" in grid:
+        held = ", ".join(map(str, grid["gradient_accumulation"]))
+        return (f"gradient accumulation held at {held} (--gradient-accumulation): the global batch follows, "
+                "micro-batch x replicas x accumulation")
+    held = ", ".join(map(str, grid.get("global_batch", (base.global_batch,))))
+    where = "--global-batch" if "global_batch" in grid else "the configuration's"
+    return (f"global batch held at {held} ({where}): the gradient accumulation follows, global batch / (micro-batch "
+            "x replicas); to hold the accumulation and let the global batch follow, give --gradient-accumulation")
 
 
 def describe_choice(choice: Mapping[str, object]) -> str:

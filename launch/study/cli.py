@@ -53,7 +53,7 @@ logger = logging.getLogger("launch.study")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="poprun-study", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-study", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="+", metavar="NAME", help="studies in launch/study/studies.yml")
     p.add_argument("--studies", default=str(STUDIES_FILE), metavar="FILE.yml",
                    help="the study definitions (default launch/study/studies.yml)")

@@ -228,7 +228,10 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
     meta = read_meta(out)
     ok = [r for r in rows if r.get("status") == "ok"]
     cpu = sum(r.get("cpu_s") or 0.0 for r in rows)
-    text = [f"{h} {study.title}", "", study.about, ""] if study.about else [f"{h} {study.title}", ""]
+    if study.quick:  # the full study's description would describe runs this one did not make
+        text = [f"{h} Smoke test of the pipeline, not evidence: {study.title} (--quick)", "", quick_text(study), ""]
+    else:
+        text = [f"{h} {study.title}", "", study.about, ""] if study.about else [f"{h} {study.title}", ""]
     text += _setup_lines(study, rows, meta, cpu, len(ok))
     for variant in study.variants:
         text += ["", f"{h}# {variant.label}" if len(study.variants) > 1 else f"{h}# Results", ""]
@@ -257,6 +260,16 @@ def report_markdown(study: Study, out: Path, rows: list[dict], images: dict[str,
     if failed:
         text += ["", f"{h}# Failed points", "", *failed]
     return "\n".join(text) + "\n"
+
+
+def quick_text(study: Study) -> str:
+    """What a ``--quick`` report is, with its own data, batches, seeds and settings."""
+    arms = "; ".join(f"{a.label}: batches {', '.join(map(str, a.batches))}" for a in study.arms)
+    return (f"`poprun-study {study.name} --quick` checks that the study runs end to end on a tiny grid; its numbers "
+            f"are not evidence for or against any claim (a few short runs: wide intervals, verdicts that mean "
+            f"nothing). Its own data: `{study.data}`; {arms}; seeds {', '.join(map(str, study.seeds))}; settings "
+            f"{', '.join(f'`{o}`' for o in study.overrides) or 'those of the full study'}. The study itself: "
+            f"`poprun-study {study.name}` (docs/studies.md).")
 
 
 def _setup_lines(study: Study, rows: list[dict], meta: dict, cpu: float, ok: int) -> list[str]:

@@ -45,7 +45,8 @@ from launch.train import run_dir as rundir
 from launch.train.build import Training, build_training, check_model
 from launch.train.config import SECTIONS, load_config, override_keys
 from launch.train.config_keys import describe_keys
-from launch.train.distribute import distribute, placement
+from launch.train.distribute import SAID_ONCE, distribute, placement
+from launch.train.first_compile import watch_compiles
 from launch.train.loop import resume, run
 from models.optim.loss_scaling import NonFiniteLossError
 from poprun_py.errors import EXIT_INTERRUPTED
@@ -54,7 +55,7 @@ logger = logging.getLogger("launch.train")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="poprun-train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="poprun-train", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="default", help="a name in launch/train/configs.yml, or file.yml[:name]")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a config field (repeatable), e.g. --set optim.momentum=0.9")
@@ -84,12 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides))
         if args.print_config or args.list_keys:
             return _print_config(cfg, args.list_keys, dist.instance_index == 0)
+        compiles = watch_compiles(cfg.model.name, lead=dist.instance_index == 0)  # a machine's first run says so
         check_model(cfg)  # model.onnx against the dataset: before the run directory is made
         STOP.install((signal.SIGINT,))
         comm = popdist.get_comm()
         how = args.resume or ("auto" if dist.restart_count > 0 else "none")
-        decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how=how,
-                                  launcher_run_id=dist.run_id, restart=dist.restart_count > 0 and args.resume is None)
+        try:
+            decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how=how,
+                                      launcher_run_id=dist.run_id, restart=dist.restart_count > 0 and args.resume is None)
+        except rundir.RunDirError as err:  # instance 0's verdict, on every instance: said once
+            logger.error("%s: %s", type(err).__name__, err, extra=SAID_ONCE)
+            comm.barrier()  # every instance leaves after instance 0 has said it
+            return 2
         cfg = replace(cfg, run=replace(cfg.run, run_dir=decision.run_dir))
         t = build_training(cfg, comm, placement(cfg, dist))
         t.run_id = decision.run_id
@@ -98,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rundir.record_identity(decision, cfg.to_dict(), t.engine.params, launcher_run_id=dist.run_id,
                                    command=[os.path.basename(sys.argv[0]), *sys.argv[1:]])
         _log_start(t, decision)
-        return run(t, resumed, STOP, comm)
+        return run(t, resumed, STOP, comm, compiles)
     except (ValueError, NonFiniteLossError, WeightDivergenceError, DatasetError) as err:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)
@@ -130,6 +137,9 @@ def _print_config(cfg, keys: bool, lead: bool) -> int:
 def _setup_logging(verbose: int, index: int, count: int) -> None:
     level = logging.DEBUG if verbose > 1 else logging.INFO if (verbose or index == 0) else logging.WARNING
     logging.basicConfig(level=level, format=f"[{index}/{count}] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if index != 0:  # what every instance would say alike (extra=SAID_ONCE), instance 0 says once for the job
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not getattr(record, "said_once", False))
 
 
 def _log_start(t: Training, decision: rundir.Decision) -> None:

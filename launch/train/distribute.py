@@ -13,6 +13,8 @@ from launch.train.config import TrainConfig
 from poprun_py.topology import InstanceInfo, single_instance
 
 logger = logging.getLogger(__name__)
+# a log record every instance would give alike: instance 0 alone says it (launch.train.cli's logging)
+SAID_ONCE = {"said_once": True}
 
 
 def distribute(cfg: TrainConfig, dist, pinned: frozenset[str] = frozenset()) -> TrainConfig:
@@ -37,7 +39,7 @@ def distribute(cfg: TrainConfig, dist, pinned: frozenset[str] = frozenset()) -> 
         logger.warning("The launcher runs %d replicas; the configuration's data.replicas=%d gives way: global batch "
                        "%d instead of %d (launch with --num-replicas %d for the configuration's batch).",
                        dist.num_total_replicas, cfg.data.replicas, cfg.data.micro_batch * cfg.data.grad_accum
-                       * data.replicas, cfg.global_batch, cfg.data.replicas)
+                       * data.replicas, cfg.global_batch, cfg.data.replicas, extra=SAID_ONCE)
         cfg = replace(cfg, data=data)
     if dist.ipus_per_replica != cfg.ipu.ipus_per_replica:
         raise ValueError(

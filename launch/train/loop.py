@@ -45,8 +45,9 @@ def resume(t: Training, decision: rundir.Decision) -> bool:
     return True
 
 
-def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) -> int:
-    """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint)."""
+def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None, compiles=None) -> int:
+    """The training loop; returns the exit code (0 also when ``stop`` ends it early, after a checkpoint).
+    ``compiles``: the run's ``jit.compile_watch.CompileWatch`` (its seconds go into the summary)."""
     lead = t.lead
     if resumed and t.engine.step >= t.total_steps:
         if lead:
@@ -59,7 +60,7 @@ def run(t: Training, resumed: bool, stop: StopRequest | None = None, comm=None) 
     bar = _progress_bar(t, lead)
     try:
         with _logs_around(bar):
-            return _loop(t, log, bar, lead, stop, comm)
+            return _loop(t, log, bar, lead, stop, comm, compiles)
     finally:
         if log is not None:  # a run that fails keeps the lines of every update it made
             log.flush()
@@ -74,7 +75,7 @@ def _logs_around(bar):
     return logging_redirect_tqdm()
 
 
-def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm) -> int:
+def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm, compiles) -> int:
     cfg, e = t.cfg, t.engine
     started, first_step = time.perf_counter(), e.step
     val = (float("nan"), float("nan"))
@@ -101,6 +102,7 @@ def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm) -> 
             metrics = e.train_steps([(b.images, b.labels) for b in group])
             now = time.perf_counter()
             per_s = len(group) * t.cfg.global_batch / (now - tick)
+            loop.rates += [per_s] * len(group)
             with loop.times.measure("metrics"):
                 for batch, m, wait in zip(group, metrics, waits):
                     if lead:
@@ -123,7 +125,7 @@ def _loop(t: Training, log, bar, lead: bool, stop: StopRequest | None, comm) -> 
         val = _end_of_epoch(t, epoch, log)  # evaluate, then checkpoint (a resume never skips an evaluation)
         tick = time.perf_counter()
     bar.close()
-    return _finish(t, log, val, time.perf_counter() - started, e.step - first_step, loop)
+    return _finish(t, log, val, time.perf_counter() - started, e.step - first_step, loop, compiles)
 
 
 @dataclass
@@ -134,6 +136,12 @@ class _UpdateTimes:
 
     seconds: float = 0.0
     times: PhaseTimes = field(default_factory=PhaseTimes)
+    rates: list[float] = field(default_factory=list)  # images/s of each update (its host call's rate)
+
+    def steady_rate(self) -> float:
+        """The median images/s of the updates after the first: the rate once the kernels are compiled
+        and the loader's queue is full (NaN for a run of one update)."""
+        return float(np.median(self.rates[1:])) if len(self.rates) > 1 else float("nan")
 
 
 def _next_host_call(t: Training, batches) -> tuple[list, list[float]]:
@@ -224,7 +232,7 @@ def _stopped(t: Training, log: MetricsLog | None, bar, signum: int) -> int:
 
 
 def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], seconds: float, steps: int,
-            loop: _UpdateTimes) -> int:
+            loop: _UpdateTimes, compiles=None) -> int:
     cfg, e = t.cfg, t.engine
     cpu = steps * cfg.global_batch / seconds if seconds > 0 and steps else float("nan")
     plan = t.compiled.plan if t.compiled is not None else None  # None: no IPU-POD runs it (the compile said why)
@@ -246,6 +254,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
                "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas,
                "instances": t.placement.num_instances,
                "val_loss": val[0], "val_accuracy": val[1], **held_out, "wall_s": seconds, "cpu_images_per_s": cpu,
+               "steady_images_per_s": loop.steady_rate(), "compile_s": compiles.seconds if compiles else 0.0,
                "predicted_pod_images_per_s": pod[0] if pod else None, "predicted_pod": pod[1] if pod else None,
                "gradient_sync_share": e.sync_seconds / seconds if seconds > 0 else float("nan"),
                "skipped_updates": e.scaler.skipped_steps, "instance_threads": threads, "kernel_wisdom": kernels,

@@ -174,7 +174,20 @@ def summary_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MetricsLog", "plot_metrics", "predicted_pod", "predicted_pod_images_per_s", "summary_text"]
+__all__ = ["MetricsLog", "plot_metrics", "predicted_pod", "predicted_pod_images_per_s", "run_end_text", "summary_text",
+           "throughput_text"]
+
+
+def throughput_text(summary: dict[str, Any]) -> str:
+    """The CPU rate twice: over the run's wall time (start-up, compiling, evaluations included) and in
+    the steady state (the median update after the first), with the seconds spent compiling kernels."""
+    wall = f"{summary['cpu_images_per_s']:,.1f} images/s over the wall time"
+    if summary.get("compile_s", 0.0) >= 0.5:
+        wall += f" ({summary['compile_s']:.0f} s of it compiling kernels, a first run on this CPU)"
+    steady = summary.get("steady_images_per_s", float("nan"))
+    if steady is None or not math.isfinite(steady):
+        return wall
+    return f"{wall}, {steady:,.1f} images/s in the steady state (median update after the first)"
 
 
 def run_end_text(summary: dict[str, Any], threads, num_instances: int) -> str:
@@ -183,7 +196,7 @@ def run_end_text(summary: dict[str, Any], threads, num_instances: int) -> str:
     own_lines = ("instance_", "critical_", "kernel_")  # per-instance lists, the critical path, kernel choices
     lines = [summary_text({k: v for k, v in summary.items() if k != "event" and not k.startswith(own_lines)}),
              f"Threads: {describe_threads(threads)}",
-             f"CPU-emulated throughput: {summary['cpu_images_per_s']:,.1f} images/s; predicted on "
+             f"CPU-emulated throughput: {throughput_text(summary)}; predicted on "
              f"{summary['predicted_pod']}: {summary['predicted_pod_images_per_s'] or float('nan'):,.0f} images/s"]
     if "outside_model_share" in summary:
         parts = ", ".join(f"{name.replace('_', ' ')} {summary[f'share_{name}']:.1%}" for name in PHASES

@@ -17,6 +17,11 @@ prediction settings); every other key must match.
   its newest checkpoint of that run, after checking that the configuration and the model match.
 * ``--resume PATH`` continues from that checkpoint, checked the same way.
 
+Whatever its form, the folder is claimed atomically: instance 0 takes its lock
+(``launch.train.run_lock``) before it looks, and holds it for the run's life, so of two jobs
+started together into one folder exactly one runs and the other is refused with the message above
+(a folder in use by a run still going says so, and to wait for it to end before ``--resume auto``).
+
 :func:`prepare` decides on instance 0 and tells every instance (a collective), so that all of them
 write to the same folder and fail together.
 """
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from launch.train import checkpoint as ckpt
+from launch.train import run_lock
 from launch.train.checkpoint import param_signature
 
 logger = logging.getLogger(__name__)
@@ -209,6 +215,12 @@ def decide(config: dict[str, dict[str, Any]], how: str, *, launcher_run_id: str 
     checkpoint's path. ``restart``: this is a restart by ``poprun_py --max-restarts`` of the
     launcher job ``launcher_run_id``. Raises :class:`RunDirError` with the fix; creates the folder
     of a template (``{n}``, ``{time}``)."""
+    decision = _decide(config, how, launcher_run_id, restart, now)
+    run_lock.record(decision.run_dir, decision.run_id)  # the folder's lock names the run that holds it
+    return decision
+
+
+def _decide(config: dict, how: str, launcher_run_id: str, restart: bool, now: float | None) -> Decision:
     given = config["run"]["run_dir"]
     if how == "none":
         return _fresh(given, now)
@@ -221,14 +233,34 @@ def decide(config: dict[str, dict[str, Any]], how: str, *, launcher_run_id: str 
 
 
 def _fresh(given: str, now: float | None) -> Decision:
+    run_id = new_run_id(now)
     if is_template(given):
-        return Decision(str(claim_new(given, now)), new_run_id(now), None, True)
-    if holds_run(given):
+        folder = claim_new(given, now)
+        _lock(folder)
+        return Decision(str(folder), run_id, None, True)
+    if holds_run(given):  # the common refusal: nothing taken, nothing written
         raise RunDirError(_in_use(Path(given)))
-    return Decision(given, new_run_id(now), None, True)
+    _lock(Path(given))
+    if holds_run(given):  # another start took the folder, wrote into it and ended between the two looks
+        run_lock.release(given)
+        raise RunDirError(_in_use(Path(given)))
+    return Decision(given, run_id, None, True)
 
 
-def _in_use(folder: Path) -> str:
+def _lock(folder: Path) -> None:
+    """Take ``folder``'s lock for this run's life, or refuse: another run is using it now."""
+    try:
+        run_lock.acquire(folder)
+    except run_lock.RunDirLocked as err:
+        raise RunDirError(_in_use(folder, running=err.holder or "starting now")) from None
+
+
+def _in_use(folder: Path, running: str = "") -> str:
+    """The one line refusing a run: ``running`` names a run that holds the folder's lock now."""
+    if running:
+        return (f"run.run_dir {folder} is in use by run {running}, running now: this run would mix its files with "
+                f"it. Choose a new --set run.run_dir=..., number the runs: --set 'run.run_dir={folder}/{{n}}', or "
+                "continue that run with --resume auto once it has ended")
     identity = read_identity(folder) or {}
     latest = ckpt.find_latest(folder)
     what = f"run {identity['run_id']}" if identity.get("run_id") else "another run's files"
@@ -240,6 +272,7 @@ def _in_use(folder: Path) -> str:
 
 def _continue(folder: Path, config: dict, restart_of: str) -> Decision:
     """Resume the run in ``folder`` from its newest checkpoint of that run, if the config matches."""
+    _lock(folder)
     identity = read_identity(folder)
     if identity is not None:
         _check_config(identity.get("config", {}), config, folder / IDENTITY_FILE)
@@ -266,8 +299,12 @@ def _from_checkpoint(path: Path, config: dict, given: str, now: float | None) ->
     if is_template(given):
         parent, name = _split_template(given)
         if own.parent == parent.resolve() and _pattern(name).match(own.name):
+            _lock(own)
             return Decision(str(own), run_id, str(path), False)
-        return Decision(str(claim_new(given, now)), run_id, str(path), True)
+        folder = claim_new(given, now)
+        _lock(folder)
+        return Decision(str(folder), run_id, str(path), True)
+    _lock(Path(given))
     identity = read_identity(given)
     if identity is not None:
         foreign = identity.get("run_id") != run_id

@@ -87,3 +87,31 @@ def test_help_states_computed_defaults_as_rules_not_none():
     text = build_parser().format_help()
     assert "(default: None)" not in text
     assert "default the smallest that fits" in text and "(default: 10.0)" in text  # a fixed default still shows
+
+
+def test_a_mistyped_option_is_an_error_naming_the_closest_not_a_silent_abbreviation(capsys):
+    with pytest.raises(SystemExit) as end:
+        parse_args(["--num-instance", "2", "echo", "hi"], {})
+    assert end.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "poprun_py: error: unrecognized option --num-instance; did you mean --num-instances? (options are not "
+        "abbreviated; a program's own options go after it)")
+    with pytest.raises(SystemExit):
+        parse_args(["--num-repl=4", "echo"], {})
+    assert "unrecognized option --num-repl; did you mean --num-replicas?" in capsys.readouterr().err
+    # the program's own options, however they look, stay the program's
+    assert parse_args(["--num-instances", "2", "echo", "--num-instance"], {}).program == ["echo", "--num-instance"]
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("launch.train.cli", ["--conf", "dense", "--print-config"]),
+    ("launch.study.cli", ["sgd-vs-adam", "--qui"]),
+    ("launch.predict.cli", ["predict", "--micro", "2"]),
+    ("data.__main__", ["convert", "synthetic", "out.h5", "--trai", "10"]),
+])
+def test_no_console_script_takes_an_abbreviated_option(module, argv, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as end:
+        importlib.import_module(module).build_parser().parse_args(argv)
+    assert end.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

@@ -90,3 +90,32 @@ def test_frames_on_a_terminal_redraw_in_place_under_scrolling_lines():
     c.line(1, "err", "a line")
     c.close()
     assert err.getvalue() == "\r\x1b[K[0] 10%" + "\r\x1b[K" + "[1] a line\n" + "[0] 10%" + "\n"
+
+
+def test_a_warning_or_error_every_instance_gives_alike_is_shown_once_per_job():
+    c, _, err, _ = make_console()
+    warning = "WARNING launch.train.distribute: The launcher runs 8 replicas; the configuration's data.replicas=4 gives way"
+    for i in range(16):
+        c.line(i, "err", f"[{i}/16] {warning}")
+    c.line(3, "err", "[3/16] ERROR launch.train: RunDirError: run.run_dir same is in use")
+    c.line(5, "err", "[5/16] ERROR launch.train: RunDirError: run.run_dir same is in use")
+    c.line(0, "err", f"[0/16] {warning}")  # the same instance again (a later epoch): shown again
+    c.line(1, "err", "[1/16] INFO launch.train: ordinary lines are never dropped")
+    c.line(2, "err", "[2/16] INFO launch.train: ordinary lines are never dropped")
+    assert err.getvalue().splitlines() == [
+        f"[0] [0/16] {warning}", "[3] [3/16] ERROR launch.train: RunDirError: run.run_dir same is in use",
+        f"[0] [0/16] {warning}", "[1] [1/16] INFO launch.train: ordinary lines are never dropped",
+        "[2] [2/16] INFO launch.train: ordinary lines are never dropped"]
+
+
+def test_the_failure_report_points_to_an_error_on_the_screen_instead_of_repeating_it():
+    from poprun_py.report import InstanceState, failure_report
+
+    state = InstanceState(1, host="vm", pid=7, exit_code=2, duration=1.5, ended=True,
+                          tail=["[1/2] ERROR launch.train: RunDirError: run.run_dir same is in use"])
+    hidden = failure_report(state, 2, None, shown=False)  # --only-output-from-instance 0: not on the screen
+    assert "last stderr lines of instance 1:\n    [1/2] ERROR launch.train: RunDirError" in hidden
+    shown = failure_report(state, 2, None, shown=True)
+    assert "RunDirError" not in shown and "below" not in shown
+    assert shown.splitlines()[-1] == ("  its error: in the output above (its own lines are tagged [1]; an error that "
+                                      "every instance gives alike is shown once)")

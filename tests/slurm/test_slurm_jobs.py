@@ -69,3 +69,16 @@ def test_job_script_runs_as_written(slurm, request, tmp_path, name):
         assert command[command.index("-launcher") + 1] == "slurm"
     if not name.startswith("g16"):
         assert_same_run(run_dir, request.getfixturevalue("launcher_reference"))
+
+
+@pytest.mark.parametrize("name", ["slurm_srun.sh", "slurm_launcher_mode.sh"])
+def test_a_slurm_script_run_outside_slurm_says_to_submit_it_with_sbatch(name, tmp_path):
+    """No cluster needed: run by hand, the script stops at once with the sbatch command, not with bash's
+    'SLURM_NTASKS: unbound variable'."""
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(["bash", str(JOBS_DIR / name), "dense"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"{JOBS_DIR / name}: not inside a Slurm job (SLURM_JOB_ID and SLURM_NTASKS are "
+                                  f"unset): submit it with sbatch {JOBS_DIR / name} [config] [training options]")
+    assert "unbound variable" not in done.stderr and len(done.stderr.splitlines()) == 1

@@ -112,3 +112,15 @@ def test_a_graph_from_the_dynamo_exporter_predicts_and_a_folded_norm_is_named(tm
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["predictions"][0]["images_per_s"] > 0
     assert "the graph has no normalisation layer" in done.stderr and "dynamo=False" in done.stderr
+
+
+def test_with_a_config_the_image_size_of_an_onnx_graph_is_the_config_datasets(nets, tmp_path):
+    """A graph of dynamic size with --config: the size poprun-train would run it at (the config's dataset:
+    28 px for the shipped Fashion-MNIST subset), without --image-size; the sweep says what it holds."""
+    done = _run(tmp_path, "predict", "--config", "default", "--onnx", str(nets / "resnet18.onnx"),
+                "--micro-batch", "8,16", "--gradient-accumulation", "2", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    sweep = json.loads(done.stdout)
+    assert {r["image_size"] for r in sweep["rows"]} == {28}
+    assert [(r["micro_batch"], r["gradient_accumulation"], r["global_batch"]) for r in sweep["rows"]
+            if r["status"] != "cannot run"] and sweep["batch_rule"].startswith("gradient accumulation held at 2")

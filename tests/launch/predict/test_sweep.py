@@ -70,3 +70,18 @@ def test_plan_for_names_the_flags_when_a_combination_cannot_run():
     with pytest.raises(ValueError, match=r"--global-batch 96 gives gradient accumulation 1 with --micro-batch 3 x 32 "
                                          r"replicas, too few for a 2-stage pipeline .* use --global-batch 384 or more"):
         plan_for(G16, {"system": "POD64", "global_batch": 96})
+
+
+def test_a_micro_batch_sweep_may_hold_the_accumulation_and_let_the_global_batch_follow():
+    from launch.predict.sweep import batch_rule
+
+    plans = [plan_for(G16, {"micro_batch": m, "gradient_accumulation": 64}) for m in (1, 2, 5)]
+    assert [(p.micro_batch, p.gradient_accumulation, p.global_batch) for p in plans] == [
+        (1, 64, 512), (2, 64, 1024), (5, 64, 2560)]  # 5 runs: no global batch to divide
+    with pytest.raises(UsageError, match="--global-batch and --gradient-accumulation both fix the batch: give one"):
+        plan_for(G16, {"global_batch": 6144, "gradient_accumulation": 64})
+    held = batch_rule(parse_grid({"micro_batch": "1,2,5", "gradient_accumulation": "64"}), G16)
+    assert held == ("gradient accumulation held at 64 (--gradient-accumulation): the global batch follows, "
+                    "micro-batch x replicas x accumulation")
+    assert batch_rule(parse_grid({"micro_batch": "1,2"}), G16).startswith(
+        "global batch held at 6144 (the configuration's): the gradient accumulation follows")

@@ -295,3 +295,12 @@ def test_a_resumed_run_carries_the_cpu_seconds_of_its_first_part(tmp_path):
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     # the update statistics of both parts: the first part's up to its checkpoint, the second's after it
     assert [r["step"] for r in records if r["event"] == "update_stats"] == list(range(0, 31, 4))
+
+
+def test_a_quick_report_says_first_that_it_is_a_smoke_test_with_its_own_data_and_batches(quick1):
+    lines = (quick1 / "results.md").read_text().splitlines()
+    assert lines[0] == "# Smoke test of the pipeline, not evidence: Study 1. Small batch: plain SGD against Adam (--quick)"
+    assert lines[2].startswith("`poprun-study sgd-vs-adam --quick` checks that the study runs end to end on a tiny "
+                               "grid; its numbers are not evidence")
+    assert "Its own data: `fashion-mnist-subset`; SGD: batches 8, 32; Adam: batches 8, 32; seeds 1, 2;" in lines[2]
+    assert "full Fashion-MNIST" not in "\n".join(lines)  # the full study's description is not there

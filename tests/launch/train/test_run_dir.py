@@ -166,3 +166,62 @@ def test_ctrl_c_is_recorded_once_and_a_second_one_interrupts_at_once():
                 pass
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _start_into(folder: str, barrier, results) -> None:
+    """One job's start, as instance 0 makes it: decide, then write the run's first file (identity.json)."""
+    cfg = config(folder)
+    barrier.wait()
+    try:
+        decision = rundir.decide(cfg, "none")
+    except rundir.RunDirError as err:
+        results.put(("refused", str(err)))
+        return
+    rundir.record_identity(decision, cfg, [], command=["poprun-train"])
+    results.put(("ran", decision.run_id))
+
+
+def test_of_two_starts_into_one_plain_folder_at_once_exactly_one_runs(tmp_path):
+    """Two processes released together by a barrier into the same run.run_dir, 24 times: each time one
+    takes the folder and the other is refused with the one-line message, whichever came second."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    for pair in range(24):
+        folder = str(tmp_path / f"same-{pair}")
+        barrier = context.Barrier(2)
+        jobs = [context.Process(target=_start_into, args=(folder, barrier, results)) for _ in range(2)]
+        for job in jobs:
+            job.start()
+        outcomes = sorted(results.get(timeout=60) for _ in jobs)
+        for job in jobs:
+            job.join(60)
+        assert [kind for kind, _ in outcomes] == ["ran", "refused"], (pair, outcomes)
+        winner, message = outcomes[0][1], outcomes[1][1]
+        assert message.startswith(f"run.run_dir {folder} ") and "\n" not in message
+        assert f"holds run {winner}" in message or f"is in use by run {winner}, running now" in message \
+            or "is in use by run starting now" in message, message
+        assert json.loads((tmp_path / f"same-{pair}" / "identity.json").read_text())["run_id"] == winner
+
+
+def test_a_folder_in_use_by_a_running_run_is_refused_and_free_again_when_it_ends(tmp_path):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from launch.train import run_lock; "
+                               f"run_lock.acquire({str(folder)!r}); run_lock.record({str(folder)!r}, 'run-a'); "
+                               "print('held', flush=True); "
+                               "sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=rundir.Path(__file__).resolve().parents[3])
+    try:
+        assert holder.stdout.readline() == "held\n"  # the lock is taken: nothing written into the folder yet
+        with pytest.raises(rundir.RunDirError, match=rf"^run.run_dir {folder} is in use by run run-a, running now: "
+                                                     r"this run would mix its files with it\. .*--resume auto once"):
+            rundir.decide(config(folder), "none")
+        with pytest.raises(rundir.RunDirError, match="is in use by run run-a, running now"):
+            rundir.decide(config(folder), "auto")
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert rundir.decide(config(folder), "none").run_dir == str(folder)  # it ended: the kernel gave the lock back

@@ -143,3 +143,19 @@ def test_ctrl_c_to_the_launcher_reaches_training_as_ctrl_c(tmp_path):
     assert ckpt.step_of(ckpt.find_latest(tmp_path / "r")) == step
     assert out.count(f"Checkpoint for update {step} written") == 1
     assert "Traceback" not in out
+
+
+def test_two_jobs_started_together_into_one_folder_one_runs_the_other_is_refused_once(tmp_path):
+    """The issue's repro: two 2-instance jobs into the same plain run.run_dir at once. One trains its 40 updates
+    alone (one summary in metrics.jsonl); the other exits 2 with the refusal said once, not per instance."""
+    cmd = [sys.executable, "-m", "poprun_py", "--num-instances", "2", "--num-replicas", "4", sys.executable, "-m",
+           "launch.train", *DENSE, "--set", "run.max_steps=40", "--set", "run.run_dir=same"]
+    jobs = [subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    ends = sorted((job.wait(240), *job.communicate()) for job in jobs)
+    assert [code for code, _, _ in ends] == [0, 2], ends
+    refusal = ends[1][2]
+    assert refusal.count("RunDirError: run.run_dir same ") == 1, refusal
+    lines = [json.loads(x) for x in (tmp_path / "same" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r["event"] == "step"] == list(range(40))
+    assert [r["event"] for r in lines].count("summary") == 1
