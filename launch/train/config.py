@@ -71,6 +71,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.num_classes is not None and self.num_classes < 1:
             raise ValueError(f"model.num_classes={self.num_classes} must be >= 1")
+        if self.onnx != self.onnx.strip():
+            raise ValueError(f"model.onnx={self.onnx!r} has spaces around the path: give the path alone")
 
     @property
     def kwargs(self) -> dict[str, Any]:

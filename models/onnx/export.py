@@ -27,10 +27,10 @@ import onnx
 from onnx import numpy_helper
 
 from models.onnx.graph import read_model
+from models.onnx.op_table import RESHAPES
 from models.onnx.source import OnnxFile
 
 logger = logging.getLogger(__name__)
-PASS_THROUGH = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
 def trained_onnx(model, source: OnnxFile, buffers=None, num_classes: int | None = None):
@@ -38,7 +38,7 @@ def trained_onnx(model, source: OnnxFile, buffers=None, num_classes: int | None 
     ``buffers`` (norm running statistics; default ``model.buffers()``); ``num_classes``: ``model.num_classes``."""
     proto = read_model(source.proto)  # a copy
     inits = {t.name: t for t in proto.graph.initializer}
-    origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in PASS_THROUGH and n.input}
+    origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in RESHAPES and n.input}
     values = {s.initializer: s.to_onnx(np.asarray(s.param.data)) for s in model.sites}
     values.update(model.buffers() if buffers is None else buffers)
     missing, resized = [], []

@@ -30,7 +30,7 @@ from onnx import numpy_helper, shape_inference
 from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
 from models.onnx.fuse_norm import fuse_group_norm
 from models.onnx.ir import Graph, Node, OnnxImportError, UnsupportedOpError, param_inputs
-from models.onnx.op_table import DROP_PATH_PARTS, ONNX_OPS, patterns_text
+from models.onnx.op_table import DROP_PATH_PARTS, ONNX_OPS, RESHAPES, patterns_text
 from models.onnx.patterns import fuse_drop_path
 
 # Ops that become layers (or profile rows): the op table's (``op_table.py``).
@@ -40,8 +40,6 @@ CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 # Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
 DROP_PATH_OPS = frozenset(DROP_PATH_PARTS)
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
-# Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
-RESHAPING = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
 def read_model(source) -> onnx.ModelProto:
@@ -154,7 +152,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
 
 def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str]) -> onnx.ModelProto:
     """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
-    of each folded value that only reshapes one (``RESHAPING``)."""
+    of each folded value that only reshapes one (``op_table.RESHAPES``)."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     files = set(consts)
@@ -178,7 +176,7 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
             continue
         consts[node.output[0]] = value
         source = origins.get(node.input[0], node.input[0]) if node.input else None
-        if node.op_type in RESHAPING and source in files and np.size(value) == np.size(consts[node.input[0]]):
+        if node.op_type in RESHAPES and source in files and np.size(value) == np.size(consts[node.input[0]]):
             origins[node.output[0]] = source
         g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
     initialized = {t.name for t in g.initializer}

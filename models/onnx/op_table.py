@@ -91,6 +91,9 @@ RULES: tuple[OpRule, ...] = (
 )
 OPS: dict[str, OpRule] = {r.op: r for r in RULES}
 
+# Movement ops that keep their input's values in another shape: a weight the exporter reads through them (a
+# group norm's Unsqueeze) is still the file's initializer (graph.py folds them; export.py writes back through them)
+RESHAPES = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 # ONNX ops read only as part of torch's stochastic depth (``patterns.fuse_drop_path``), or folded as constants
 DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
 
