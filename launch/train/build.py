@@ -1,9 +1,11 @@
 """Turn a distributed ``TrainConfig`` into the objects of a run: data, model, IPU plan, optimizer, engine.
 
 One function per object; :func:`build_training` wires them into a :class:`Training`, after the
-compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, compiled by
-``ipu.compile.compile_device`` before any step and any collective, so that every instance reaches
-the same verdict). What a checkpoint holds of a run is ``launch.train.checkpoint``'s.
+compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, ``launch.train.plan.ipu_plan``,
+compiled by ``ipu.compile.compile_device`` before any step and any collective, so that every instance
+reaches the same verdict). ``model.onnx`` is read once (:func:`open_model_file`, ``models.onnx.OnnxFile``)
+and the file object passed on: to the graph model and, at the end, to ``models.onnx.export``. What a
+checkpoint holds of a run is ``launch.train.checkpoint``'s.
 """
 
 from __future__ import annotations
