@@ -104,7 +104,7 @@ def interleaved(args, extra: tuple[str, ...]) -> dict[str, dict[str, float]]:
     import models
     import poprun_py as popdist
     from launch.train.build import build_training
-    from launch.train.config import load_config
+    from launch.train.config_file import load_config
     from launch.train.distribute import placement
     from poprun_py.comm import LoopbackComm
 

@@ -35,7 +35,7 @@ class BatchSpec:
     """How one global batch is split: ``M * A * local_replicas * num_instances`` samples.
 
     ``instance_index`` owns global replicas ``[instance_index * local_replicas, ...)`` (the launcher's
-    ``POPDIST_REPLICA_INDEX_OFFSET``; ``ipu.runtime.streams.batch_spec`` fills it from the placement).
+    ``POPDIST_REPLICA_INDEX_OFFSET``; :meth:`of_placement` fills it from the launcher's placement).
     """
 
     micro_batch: int
@@ -51,6 +51,13 @@ class BatchSpec:
         if not 0 <= self.instance_index < self.num_instances:
             raise ValueError(f"instance_index {self.instance_index} is outside [0, {self.num_instances})")
 
+    @classmethod
+    def of_placement(cls, placement, micro_batch: int, grad_accum: int = 1) -> BatchSpec:
+        """This instance's share of every global batch: its replicas from the launcher's ``placement``
+        (anything with ``num_local_replicas``, ``num_instances`` and ``index``: ``poprun_py.topology.InstanceInfo``)."""
+        return cls(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
+                   num_instances=placement.num_instances, instance_index=placement.index)
+
     @property
     def total_replicas(self) -> int:
         return self.local_replicas * self.num_instances
@@ -58,6 +65,15 @@ class BatchSpec:
     @property
     def global_batch(self) -> int:
         return self.micro_batch * self.grad_accum * self.total_replicas
+
+
+def host_batches_ahead(prefetch_micro_batches: int, grad_accum: int) -> int:
+    """Host batches the loader's thread keeps ready (``Loader(prefetch_batches=...)``) so that each replica has
+    ``prefetch_micro_batches`` micro-batches ahead: one host batch holds ``grad_accum`` of them per replica
+    (0: no prefetch, batches are built on the training thread)."""
+    if prefetch_micro_batches < 0 or grad_accum < 1:
+        raise ValueError(f"prefetch_micro_batches must be >= 0 and grad_accum >= 1, got {prefetch_micro_batches}, {grad_accum}")
+    return -(-prefetch_micro_batches // grad_accum)
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from data.dataset import Dataset, open_dataset
-from data.loader import BatchSpec, Loader
+from data.loader import BatchSpec, Loader, host_batches_ahead
 from data.sources import dataset_path
 from ipu.runtime.engine import StepMetrics
 from ipu.runtime.program import Program, ProgramConfig, compile_program
 from ipu.runtime.stages import StageLike
-from ipu.runtime.streams import host_batches_ahead
 
 OUTFEED_FIELDS = ("step", "loss", "accuracy", "lr", "samples")
 
@@ -47,7 +46,7 @@ class IPUInfeedQueue:
     any split of the replicas over instances. The program that takes the queue binds it to its
     replicas and gradient accumulation count (:meth:`bind`). ``prefetch_micro_batches``: the micro-batches
     per replica a background thread keeps ready, as ``ipu.prefetch_micro_batches`` of a training run
-    (``ipu.runtime.streams.host_batches_ahead``; 0: batches are built when the program needs them).
+    (``data.loader.host_batches_ahead``; 0: batches are built when the program needs them).
     """
 
     def __init__(self, dataset: Dataset | str | os.PathLike, batch_size: int, *, split: str = "train",

@@ -29,7 +29,7 @@ import numpy as np
 
 import poprun_py as popdist
 from data.dataset import open_dataset
-from data.loader import evaluation_loader
+from data.loader import BatchSpec, evaluation_loader
 from ipu.compile import compile_device, format_memory_report
 from ipu.cost.prediction import predict
 from ipu.memory import MemoryPlan
@@ -40,7 +40,6 @@ from ipu.plan import IpuPlan, optimizer_state
 from ipu.runtime.engine import Engine, StepMetrics
 from ipu.runtime.replica import DeviceOps, make_replicas
 from ipu.runtime.stages import Loss, StageLike, trace_loss, trace_stages
-from ipu.runtime.streams import batch_spec
 from models.optim import OptimConfig, make_optimizer
 from models.optim.loss_scaling import LossScaleConfig, LossScaler
 from models.optim.schedules import ScheduleConfig, make_schedule
@@ -131,7 +130,8 @@ def compile_program(stages: Sequence[StageLike], optimizer_function: Callable, i
     splits = traced.block_names[1:] if num_stages > 1 else ()
     replicas = make_replicas(model, device, dist.placement.replicas, splits, plan.schedule, cfg.recompute,
                              device_mapping=mapping)
-    infeed_queue.bind(batch_spec(dist.placement, infeed_queue.batch_size, cfg.gradient_accumulation), seed=cfg.seed)
+    infeed_queue.bind(BatchSpec.of_placement(dist.placement, infeed_queue.batch_size, cfg.gradient_accumulation),
+                      seed=cfg.seed)
     lr = make_schedule(ScheduleConfig(kind="constant", base_lr=out.opt.learning_rate), 1, 1)
     engine = Engine(model, make_optimizer(out.opt.config, model.params()), lr, popdist.get_comm(), replicas,
                     grad_accum=cfg.gradient_accumulation, total_replicas=dist.num_total_replicas,

@@ -5,7 +5,7 @@ batches on a background thread into a bounded queue while the current one comput
 what the IO tiles do on an IPU (they hold the next micro-batches while the compute tiles work).
 ``ipu.prefetch_micro_batches`` sets both sides: the micro-batches each replica's IO tiles hold in the
 device model (``ipu.io_tiles``) and how far the loader's thread runs ahead
-(:func:`host_batches_ahead`). The time the training thread still waits for input is measured by
+(``data.loader.host_batches_ahead``; ``data.loader.BatchSpec.of_placement`` is each instance's share). The time the training thread still waits for input is measured by
 the loader and reported by every run (``input_wait`` in its summary).
 
 A :class:`ReplicaFeed` is the device side of that stream for one replica during one host call:
@@ -19,24 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-
-from data.loader import BatchSpec
-from poprun_py.topology import InstanceInfo
-
-
-def batch_spec(placement: InstanceInfo, micro_batch: int, grad_accum: int) -> BatchSpec:
-    """This instance's share of every global batch: its replicas from the launcher's placement."""
-    return BatchSpec(micro_batch=micro_batch, grad_accum=grad_accum, local_replicas=placement.num_local_replicas,
-                     num_instances=placement.num_instances, instance_index=placement.index)
-
-
-def host_batches_ahead(prefetch_micro_batches: int, grad_accum: int) -> int:
-    """Host batches the loader's thread keeps ready so that each replica has ``prefetch_micro_batches``
-    micro-batches ahead: one host batch holds ``grad_accum`` of them per replica (0: no prefetch,
-    batches are built on the training thread)."""
-    if prefetch_micro_batches < 0 or grad_accum < 1:
-        raise ValueError(f"prefetch_micro_batches must be >= 0 and grad_accum >= 1, got {prefetch_micro_batches}, {grad_accum}")
-    return -(-prefetch_micro_batches // grad_accum)
 
 
 class ReplicaFeed:

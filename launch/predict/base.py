@@ -1,18 +1,25 @@
 """What the plan options of ``poprun-ipu predict|profile`` start from: a configuration's plan (``--config``
-with ``--set``, through ``launch.train``'s keys and checks) or a preset's (``--preset``)."""
+with ``--set``, through ``launch.train``'s keys and checks) or a preset's (``--preset``); with ``--onnx FILE``,
+that plan with the model of the user's own network (:func:`onnx_base`: the file read once by ``models.onnx``,
+its rows the sweep's ``profile_for`` hook)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ipu.plan import IMAGENET_TRAIN_IMAGES, IpuPlan, get_preset
 from launch.predict.sweep import UsageError
-from launch.train.build import ipu_plan
-from launch.train.config import load_config
+from launch.train.config_file import load_config
+from launch.train.plan import graph_plan, ipu_plan
+from models.onnx import OnnxFile, folded_norm_warning, open_for_prediction
+from models.profile import LayerProfile
 
 IMAGENET_CLASSES = 1000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,3 +68,17 @@ def dataset_facts(cfg) -> tuple[tuple[int, int, int], int, int, str]:
     return ((size, size, 3), IMAGENET_CLASSES, IMAGENET_TRAIN_IMAGES,
             f"{cfg.data.path} is not here: assuming ImageNet ({IMAGENET_CLASSES} classes, "
             f"{IMAGENET_TRAIN_IMAGES:,} training images, {size}x{size}x3)")
+
+
+def onnx_base(path: str, base: Base, image_sizes: Sequence[int] = (), num_classes: int | None = None,
+              splits: Sequence[str] = ()) -> tuple[Callable[[IpuPlan], list[LayerProfile]], Base]:
+    """``--onnx FILE``: the graph's rows at a plan's micro-batch and image size (the sweep's ``profile_for``)
+    and ``base`` with the graph's model (``launch.train.plan.graph_plan``); the options are checked against the
+    graph (``models.onnx.open_for_prediction``)."""
+    file = OnnxFile(path, f"--onnx {path}")
+    profiles, probe, classes = open_for_prediction(file, base.plan.micro_batch, image_sizes, num_classes, splits)
+    warning = folded_norm_warning(probe, file.shown, "the prediction leaves out the norms' cost")
+    if warning:
+        logger.warning(warning)
+    plan = graph_plan(base.plan, file.label, probe, classes)
+    return (lambda p: profiles.rows(p.micro_batch, p.image_size)), Base(Path(path).stem, plan, base.momentum, base.note)

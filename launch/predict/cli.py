@@ -15,7 +15,7 @@
 takes the keys and the validation of ``poprun-train``; ``--preset NAME`` starts from an ``ipu.plan`` preset.
 The plan options (``launch.predict.sweep.PLAN_OPTIONS``) override either; each may be a comma list, and then
 ``predict`` prints one row per combination (``launch.predict.sweep_report``). ``--onnx FILE`` takes the layer
-profile from the user's own network (``launch.train.onnx_source``); the plan starts from ``--config``/``--preset``,
+profile from the user's own network (``launch.predict.base.onnx_base``, ``models.onnx``); the plan starts from ``--config``/``--preset``,
 else from the ``resnet50-pod16`` preset (16 x 1 IPU, micro-batch 20, GA 6, ImageNet). Exit status: 0; 1 when
 the plan (a sweep: every combination, ``--all``: any preset) does not fit in IPU memory, after printing
 everything, the hypothetical prediction included; 2 for a usage error (the message names the flag and the fix).
@@ -32,11 +32,10 @@ from pathlib import Path
 
 from ipu.plan import PRESETS, load_profile
 from ipu.specs import CHIPS
-from launch.predict.base import Base, base_plan
+from launch.predict.base import base_plan, onnx_base
 from launch.predict.commands import (predict_plans, predict_presets, profile_plan, profile_preset, show_op_checks,
                                      show_sensitivity, validate)
 from launch.predict.sweep import PLAN_OPTIONS, UsageError, parse_grid
-from launch.train.onnx_source import open_onnx
 
 EXIT_USAGE = 2
 ONNX_BASE = "resnet50-pod16"  # the plan of --onnx without --config or --preset
@@ -131,8 +130,7 @@ def _predict_or_profile(args) -> int:
     if args.onnx:
         # with --config, the image size of its dataset (as poprun-train would run it), unless --image-size is given
         sizes = grid.get("image_size") or ((base.plan.image_size,) if args.config else ())
-        profile_for, plan = open_onnx(args.onnx, base.plan, sizes, args.num_classes, splits)
-        base = Base(f"{Path(args.onnx).stem}", plan, base.momentum, base.note)
+        profile_for, base = onnx_base(args.onnx, base, sizes, args.num_classes, splits)
     if base.note:
         print(f"poprun-ipu: {base.note}", file=sys.stderr)
     if args.command == "profile":

@@ -276,7 +276,7 @@ def _arm(name: str, raw: dict, batches: tuple[int, ...], where: str) -> Arm:
 
 
 def overrides_of(values: dict[str, Any]) -> tuple[str, ...]:
-    """``{"optim.name": "adam", "model.options": {...}}`` -> ``launch.train.config`` override strings."""
+    """``{"optim.name": "adam", "model.options": {...}}`` -> ``launch.train.config_file`` override strings."""
     return tuple(f"{key}={json.dumps(value)}" for key, value in values.items())
 
 
@@ -381,7 +381,7 @@ def count_points(study: Study) -> int:
 
 
 def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) -> list[str]:
-    """The ``launch.train.config`` overrides of one point, in the order they apply (later wins)."""
+    """The ``launch.train.config_file`` overrides of one point, in the order they apply (later wins)."""
     g = point.group
     return [*study.overrides, *g.variant.overrides, *g.arm.overrides,
             f"data.path={json.dumps(data_path)}", f"data.micro_batch={point.micro_batch}",

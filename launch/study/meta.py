@@ -32,7 +32,7 @@ def resolve_data(study: Study) -> str:
             raise ValueError(f"study {study.name!r}: data {study.data!r} does not exist; give a dataset file, "
                              "fashion-mnist or fashion-mnist-subset")
         return study.data
-    from launch.train.config import load_config
+    from launch.train.config_file import load_config
 
     return load_config(study.base).data.path
 

@@ -29,7 +29,8 @@ import numpy as np
 from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
 from launch.train.build import build_training
-from launch.train.config import TrainConfig, load_config, override_keys
+from launch.train.config import TrainConfig
+from launch.train.config_file import load_config, override_keys
 from launch.train.distribute import distribute, placement
 from launch.train.loop import resume, run
 from launch.train.report import predicted_pod_images_per_s

@@ -1,9 +1,11 @@
 """Turn a distributed ``TrainConfig`` into the objects of a run: data, model, IPU plan, optimizer, engine.
 
 One function per object; :func:`build_training` wires them into a :class:`Training`, after the
-compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, compiled by
-``ipu.compile.compile_device`` before any step and any collective, so that every instance reaches
-the same verdict). What a checkpoint holds of a run is ``launch.train.checkpoint``'s.
+compile step (:func:`compile_ipu`: the run's ``IpuPlan`` from the config, ``launch.train.plan.ipu_plan``,
+compiled by ``ipu.compile.compile_device`` before any step and any collective, so that every instance
+reaches the same verdict). ``model.onnx`` is read once (:func:`open_model_file`, ``models.onnx.OnnxFile``)
+and the file object passed on: to the graph model and, at the end, to ``models.onnx.export``. What a
+checkpoint holds of a run is ``launch.train.checkpoint``'s.
 """
 
 from __future__ import annotations
@@ -19,27 +21,26 @@ import numpy as np
 
 from data.augment import AugmentConfig
 from data.dataset import Dataset, open_dataset
-from data.loader import Loader, evaluation_loader
+from data.loader import BatchSpec, Loader, evaluation_loader, host_batches_ahead
 from data.sources import dataset_path
 from data.split import Subset, open_split
 from ipu.compile import CompiledIpu, compile_device
 from ipu.io_tiles import IoTilePlan, plan_io_tiles
-from ipu.plan import IpuPlan, Workload, optimizer_state
 from ipu.precision import get_precision
 from ipu.runtime.emulation import PrecisionEmulation
 from ipu.runtime.engine import Engine
 from ipu.runtime.replica import DeviceOps, make_replicas
-from ipu.runtime.streams import batch_spec, host_batches_ahead
 from ipu.specs import get_chip
 from launch.train.config import TrainConfig
+from launch.train.plan import graph_workload, ipu_plan
 from launch.train.preemption import STOP_SIGNALS
 from models import build_model
+from models.onnx import OnnxFile, folded_norm_warning, training_graph
 from models.optim import make_optimizer
 from models.optim.ema import ExponentialMovingAverage
 from models.optim.loss_scaling import LossScaler
 from models.optim.schedules import Schedule, make_schedule
 from poprun_py.env import INSTANCE_INDEX
-from poprun_py.systems import smallest_system_for
 from poprun_py.topology import InstanceInfo
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Training:
     test_loader: Loader | None = None  # run.evaluate_test: the test split, evaluated once at the end
     cpu_before: float = 0.0  # CPU seconds (all instances) of the earlier parts of a resumed run, from its checkpoint
     cpu_origin: float = field(default_factory=time.process_time)  # this process's CPU clock when this part began
+    model_file: OnnxFile | None = None  # model.onnx as the run read it (open_model_file): the export starts from it
 
     @property
     def instance_index(self) -> int:
@@ -85,9 +87,9 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset | 
                          "the training images the file's held-out split is the validation split, not a test split")
     train_set = open_split(d.path, "train", d.validation_fraction, d.split_seed)
     augment = AugmentConfig(scale=tuple(d.crop_scale), flip=d.flip) if d.augment else False
-    loader = Loader(train_set, batch_spec(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
+    loader = Loader(train_set, BatchSpec.of_placement(placement, d.micro_batch, d.grad_accum), seed=cfg.run.seed,
                     augment=augment, prefetch_batches=host_batches_ahead(cfg.ipu.prefetch_micro_batches, d.grad_accum), cache=d.cache)
-    spec = batch_spec(placement, d.eval_micro_batch or d.micro_batch, 1)
+    spec = BatchSpec.of_placement(placement, d.eval_micro_batch or d.micro_batch)
     held_out = []
     for split, wanted in (("validation", cfg.run.evaluate), ("test", cfg.run.evaluate_test)):
         held_out.append(evaluation_loader(open_split(d.path, split, d.validation_fraction, d.split_seed), spec,
@@ -95,98 +97,48 @@ def build_loaders(cfg: TrainConfig, placement: InstanceInfo) -> tuple[Dataset | 
     return train_set, loader, held_out[0], held_out[1]
 
 
-def onnx_graph(cfg: TrainConfig, info):
-    """The graph of ``model.onnx`` at the dataset's image size and the micro-batch, checked against the
-    dataset (channels, classes): one ``ValueError`` line that names the key and the fix."""
-    from models.onnx import load_graph
-
-    h, w, c = info.image_shape
-    graph = load_graph(cfg.model.onnx, image_size=(h, w), batch_size=cfg.data.micro_batch)
-    if graph.input_shape[1] != c:
-        raise ValueError(f"model.onnx={cfg.model.onnx}: the graph reads {graph.input_shape[1]} channels, "
-                         f"the dataset's images ({cfg.data.path}) have {c}: export the network for {c}-channel input")
-    classes = graph.output_shapes[0][-1] if graph.output_shapes else None
-    if cfg.model.num_classes is None and classes != info.num_classes:
-        raise ValueError(f"model.onnx={cfg.model.onnx}: the classifier has {classes} classes, the dataset "
-                         f"({cfg.data.path}) {info.num_classes}; set model.num_classes={info.num_classes} to replace it")
-    if cfg.model.num_classes is not None and cfg.model.num_classes != info.num_classes:
-        raise ValueError(f"model.num_classes={cfg.model.num_classes} but the dataset ({cfg.data.path}) has "
-                         f"{info.num_classes}: set model.num_classes={info.num_classes}")
-    return graph
-
-
-def check_model(cfg: TrainConfig) -> None:
-    """Check ``model.onnx`` against the dataset before anything is written (the run directory included):
-    the file is there, the graph loads (every op supported), its input and classifier fit the dataset's
-    images and classes. Nothing for a built-in model (``build_model`` takes the dataset's shape)."""
+def open_model_file(cfg: TrainConfig) -> OnnxFile | None:
+    """``model.onnx``, read once for the whole run and checked against the dataset before anything is written
+    (the run directory included): the file is there, the graph loads (every op supported), its input and
+    classifier fit the dataset's images and classes. None for a built-in model (``build_model`` takes the
+    dataset's shape). The graph is made here, and :func:`build_net` takes it from the file."""
     if not cfg.model.onnx:
-        return
-    if not os.path.isfile(cfg.model.onnx):
-        raise ValueError(f"model.onnx={cfg.model.onnx}: no such file (from {Path.cwd()}): give the path of an .onnx file")
-    from models.onnx import folded_norm_warning
-
-    train_set = open_dataset(dataset_path(cfg.data.path), "train")
-    try:
-        graph = onnx_graph(cfg, train_set.info)
-    finally:
-        train_set.close()
-    warning = folded_norm_warning(graph, f"model.onnx={cfg.model.onnx}", "it trains without normalisation")
+        return None
+    shown = f"model.onnx={cfg.model.onnx}"
+    file = OnnxFile(cfg.model.onnx, shown)
+    graph = _graph(cfg, file, dataset_info(cfg))
+    warning = folded_norm_warning(graph, shown, "it trains without normalisation")
     if warning and int(os.environ.get(INSTANCE_INDEX, "0") or 0) == 0:  # once per job
         logger.warning(warning)
+    return file
 
 
-def build_net(cfg: TrainConfig, info) -> Any:
-    """The model for the dataset's image shape and classes (options may override resolution)."""
+def dataset_info(cfg: TrainConfig):
+    """The training split's ``DatasetInfo`` (image shape, classes, images) of ``data.path``."""
+    train_set = open_dataset(dataset_path(cfg.data.path), "train")
+    try:
+        return train_set.info
+    finally:
+        train_set.close()
+
+
+def _graph(cfg: TrainConfig, file: OnnxFile, info):
+    return training_graph(file, info.image_shape, info.num_classes, cfg.data.micro_batch, cfg.model.num_classes,
+                          cfg.data.path)
+
+
+def build_net(cfg: TrainConfig, info, model_file: OnnxFile | None = None) -> Any:
+    """The model for the dataset's image shape and classes (options may override resolution); with
+    ``model.onnx``, the graph model of ``model_file`` (:func:`open_model_file`'s; read here when not given)."""
     h, w, c = info.image_shape
     if cfg.model.onnx:
         from models.onnx.network import graph_model
-        return graph_model(onnx_graph(cfg, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes,
-                           splits=cfg.ipu.pipeline_splits, shown=f"model.onnx={cfg.model.onnx}")
+
+        file = model_file or open_model_file(cfg)
+        return graph_model(_graph(cfg, file, info), seed=cfg.run.seed, num_classes=cfg.model.num_classes,
+                           splits=cfg.ipu.pipeline_splits, shown=file.shown)
     options = {"in_channels": c, "resolution": h, **cfg.model.kwargs}
     return build_model(cfg.model.name, info.num_classes, seed=cfg.run.seed, **options)
-
-
-def onnx_model_label(cfg: TrainConfig) -> str:
-    """The plan's model name for ``model.onnx``: ``poprun-ipu predict --onnx``'s (``launch.train.onnx_source``)."""
-    return f"onnx:{Path(cfg.model.onnx).expanduser().resolve().name}"
-
-
-def graph_workload(cfg: TrainConfig, model) -> Workload | None:
-    """The cost model's activation and norm for the graph model of ``model.onnx``, which its profile rows
-    do not say (what ``poprun-ipu predict --onnx`` puts in the plan for the same file); None for a
-    built-in model."""
-    if not cfg.model.onnx:
-        return None
-    from launch.train.onnx_source import workload_of
-
-    return workload_of(model.graph)
-
-
-def ipu_plan(cfg: TrainConfig, image_shape: tuple[int, int, int], num_classes: int, dataset_images: int,
-             workload: Workload | None = None) -> IpuPlan:
-    """The run's ``IpuPlan``: one replica of ``cfg`` on the POD (``ipu.system``, which
-    :func:`launch.train.distribute.distribute` sets to the launcher's ``--system``, or the smallest that holds
-    every replica's IPUs); ``workload``: a graph model's (:func:`graph_workload`). Raises ``ValueError``
-    when no IPU-POD could run this shape."""
-    ipu = cfg.ipu
-    system = ipu.system or smallest_system_for(cfg.data.replicas * ipu.ipus_per_replica).name
-    options = cfg.model.kwargs
-    size = int(options.pop("resolution", image_shape[0]))
-    options.setdefault("in_channels", image_shape[2])
-    recompute = ipu.recompute and ipu.ipus_per_replica > 1  # the CPU replica recomputes only when pipelined
-    model, overrides, extra = cfg.model.name, tuple(sorted(options.items())), {}
-    if cfg.model.onnx:  # the graph's own rows and workload (graph_workload), as poprun-ipu predict --onnx
-        model, overrides, size, extra = onnx_model_label(cfg), (), image_shape[0], {"image_channels": image_shape[2]}
-    return IpuPlan(model=model, model_overrides=overrides, image_size=size, **extra,
-                   num_classes=num_classes, micro_batch=cfg.data.micro_batch,
-                   gradient_accumulation=cfg.data.grad_accum, replicas=cfg.data.replicas,
-                   ipus_per_replica=ipu.ipus_per_replica, pipeline_splits=tuple(ipu.pipeline_splits),
-                   schedule=ipu.pipeline_schedule, precision=ipu.precision, recompute=recompute,
-                   available_memory_proportion=ipu.available_memory_proportion, num_io_tiles=ipu.num_io_tiles,
-                   prefetch_micro_batches=ipu.prefetch_micro_batches, eight_bit_io=True,
-                   optimizer=optimizer_state(cfg.optim.name, cfg.optim.momentum),
-                   system=system, chip=ipu.chip, num_hosts=ipu.num_hosts, device_iterations=ipu.device_iterations,
-                   dataset_images=dataset_images, epochs=cfg.run.epochs, workload=workload)
 
 
 # what a run that does not fit can change, after Poplar's words
@@ -205,7 +157,7 @@ def compile_ipu(cfg: TrainConfig, model, info, lead: bool) -> CompiledIpu:
     The run's POD prediction (``launch.train.loop``) is this plan's.
     """
     ipu = cfg.ipu
-    workload = graph_workload(cfg, model)
+    workload = graph_workload(model.graph) if cfg.model.onnx else None
     if not ipu.check_fit:
         plan = None
         try:
@@ -288,10 +240,13 @@ def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
     return min(steps, cfg.run.max_steps) if cfg.run.max_steps else steps
 
 
-def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
-    """Every object of a run on this instance, from the config and the instance's placement."""
+def build_training(cfg: TrainConfig, comm, placement: InstanceInfo, model_file: OnnxFile | None = None) -> Training:
+    """Every object of a run on this instance, from the config and the instance's placement; ``model_file``:
+    ``model.onnx`` as :func:`open_model_file` read it (read here when not given)."""
     train_set, loader, eval_loader, test_loader = build_loaders(cfg, placement)
-    model = build_net(cfg, train_set.info)
+    if cfg.model.onnx and model_file is None:
+        model_file = open_model_file(cfg)
+    model = build_net(cfg, train_set.info, model_file)
     compiled = compile_ipu(cfg, model, train_set.info, lead=placement.index == 0)
     params = model.params()
     optimizer = make_optimizer(cfg.optim, params)
@@ -314,15 +269,14 @@ def build_training(cfg: TrainConfig, comm, placement: InstanceInfo) -> Training:
         engine.probe = UpdateProbe(params, cfg.run.update_stats_every, lars_eta=getattr(optimizer, "lars_eta", 0.0),
                                    weight_decay=cfg.optim.weight_decay, eps=cfg.optim.lars_epsilon)
     return Training(cfg, train_set, loader, eval_loader, model, schedule, engine, steps, placement, compiled,
-                    test_loader=test_loader)
+                    test_loader=test_loader, model_file=model_file)
 
 
 def save_trained_onnx(t: Training) -> None:
     """With ``model.onnx``: ``run_dir/model.onnx``, the graph with the trained weights (``models.onnx.export``)."""
-    if t.cfg.model.onnx:
+    if t.model_file is not None:
         from models.onnx.export import write_trained_onnx
 
         first = t.engine.replicas[0]  # global replica 0 (instance 0): its batch-norm statistics
         assert first.index == 0, "run_dir/model.onnx is written by the instance of replica 0"
-        write_trained_onnx(t.model, t.cfg.model.onnx, t.cfg.run.run_dir, first.state_dict(),
-                           t.cfg.model.num_classes)
+        write_trained_onnx(t.model, t.model_file, t.cfg.run.run_dir, first.state_dict(), t.cfg.model.num_classes)

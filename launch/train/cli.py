@@ -42,8 +42,9 @@ from data.layout import DatasetError
 from ipu.runtime.engine import WeightDivergenceError
 from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
-from launch.train.build import Training, build_training, check_model
-from launch.train.config import SECTIONS, load_config, override_keys
+from launch.train.build import Training, build_training, open_model_file
+from launch.train.config import SECTIONS
+from launch.train.config_file import load_config, override_keys
 from launch.train.config_keys import describe_keys
 from launch.train.distribute import SAID_ONCE, distribute, placement
 from launch.train.first_compile import watch_compiles
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_configs:
         import yaml
 
-        from launch.train.config import CONFIGS_FILE
+        from launch.train.config_file import CONFIGS_FILE
         print("\n".join(k for k in yaml.safe_load(CONFIGS_FILE.read_text()) if not k.startswith("_")))
         return 0
     dist = popdist.init()
@@ -86,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.print_config or args.list_keys:
             return _print_config(cfg, args.list_keys, dist.instance_index == 0)
         compiles = watch_compiles(cfg.model.name, lead=dist.instance_index == 0)  # a machine's first run says so
-        check_model(cfg)  # model.onnx against the dataset: before the run directory is made
+        model_file = open_model_file(cfg)  # model.onnx, read once, against the dataset: before the run directory
         STOP.install((signal.SIGINT,))
         comm = popdist.get_comm()
         how = args.resume or ("auto" if dist.restart_count > 0 else "none")
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             comm.barrier()  # every instance leaves after instance 0 has said it
             return 2
         cfg = replace(cfg, run=replace(cfg.run, run_dir=decision.run_dir))
-        t = build_training(cfg, comm, placement(cfg, dist))
+        t = build_training(cfg, comm, placement(cfg, dist), model_file)
         t.run_id = decision.run_id
         resumed = resume(t, decision)
         if t.lead:

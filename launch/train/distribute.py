@@ -23,7 +23,7 @@ def distribute(cfg: TrainConfig, dist, pinned: frozenset[str] = frozenset()) -> 
     Under the launcher its ``--num-replicas``, ``--ipus-per-replica`` and ``--system`` are the
     hardware. The replica count is the launcher's: the config's ``data.replicas`` gives way (with a
     warning naming the global batch), unless ``pinned`` (the keys given on the command line,
-    :func:`launch.train.config.override_keys`) holds ``data.replicas``; then the two must agree, since the global batch
+    :func:`launch.train.config_file.override_keys`) holds ``data.replicas``; then the two must agree, since the global batch
     (and with ``lr_exponent`` the learning rate) depends on them. An empty ``ipu.system`` takes the
     launcher's. Alone, one instance runs all ``data.replicas`` replicas (:func:`placement`).
     """

@@ -129,7 +129,7 @@ def plot_metrics(records: list[dict[str, Any]], run_dir: str | Path) -> list[Pat
 
 def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_classes: int,
                                dataset_images: int, profile=None) -> tuple[float, str] | None:
-    """The cost model (``ipu.cost.prediction.predict``) for this run's plan (``launch.train.build.ipu_plan``).
+    """The cost model (``ipu.cost.prediction.predict``) for this run's plan (``launch.train.plan.ipu_plan``).
 
     Returns (images/s for all replicas on the POD, the POD's name), or None with a logged reason
     when the configuration is not one an IPU-POD can run (replicas not a power of two, ...).
@@ -138,7 +138,7 @@ def predicted_pod_images_per_s(cfg, image_shape: tuple[int, int, int], num_class
     """
     from ipu.cost.prediction import predict
     from ipu.plan import load_profile
-    from launch.train.build import ipu_plan
+    from launch.train.plan import ipu_plan
 
     try:
         plan = ipu_plan(cfg, image_shape, num_classes, dataset_images)

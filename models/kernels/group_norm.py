@@ -16,10 +16,9 @@ import math
 import numpy as np
 
 from jit import prange
-from models.kernels.norm import RELU, SILU, silu_parts, wide_rows
+from models.kernels.norm import BLOCK_ELEMS, RELU, SILU, affine_act_rows, wide_rows
 from models.kernels.threads import CONTRACT, compiled_kernel
 
-BLOCK_ELEMS = 1 << 14  # values per work item of group_affine_act (more items than images for big maps)
 
 
 @compiled_kernel(parallel=True)
@@ -75,11 +74,9 @@ def _tile(values, k, out):
 @compiled_kernel(parallel=True)
 def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
     """y[n] = act(((x[n] - mu[n]) - mu_lo[n])*a[n] + beta) for x, y [N, HW, C], mu, mu_lo, a [N, C],
-    beta [C]; with SiLU and ``keep`` also sig = sigmoid(z). Element by element the arithmetic of
-    ``norm._affine_row`` (bitwise the same results; its loops are written out here because
-    calling it per row, even with numba's ``inline="always"``, took 1.5-3x as long on these short
-    rows); each image is read as rows of ``wide_rows`` pixels, in blocks of about ``BLOCK_ELEMS``
-    values."""
+    beta [C]; with SiLU and ``keep`` also sig = sigmoid(z): batch norm's epilogue (``norm.affine_act_rows``,
+    one call per block of rows), each image read as rows of ``wide_rows`` pixels, in blocks of about
+    ``BLOCK_ELEMS`` values."""
     n_, m_, c_ = x.shape
     k = wide_rows(m_, c_)
     rows, w = m_ // k, k * c_
@@ -95,23 +92,7 @@ def group_affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
         _tile(mu[n], k, mt)
         _tile(mu_lo[n], k, lt)
         _tile(a[n], k, at)
-        for r in range(b * rows // blocks, (b + 1) * rows // blocks):
-            xr, yr, sr = xs[r], ys[r], ss[r]
-            if act == SILU and keep:
-                for j in range(w):
-                    z, sz = silu_parts(xr[j], mt[j], lt[j], at[j], bt[j])
-                    sr[j] = sz
-                    yr[j] = z * sz
-            elif act == SILU:
-                for j in range(w):
-                    z, sz = silu_parts(xr[j], mt[j], lt[j], at[j], bt[j])
-                    yr[j] = z * sz
-            elif act == RELU:
-                for j in range(w):
-                    yr[j] = max(((xr[j] - mt[j]) - lt[j]) * at[j] + bt[j], 0)
-            else:
-                for j in range(w):
-                    yr[j] = ((xr[j] - mt[j]) - lt[j]) * at[j] + bt[j]
+        affine_act_rows(xs, ys, ss, mt, lt, at, bt, b * rows // blocks, (b + 1) * rows // blocks, act, keep)
 
 
 @compiled_kernel(parallel=True, fastmath=CONTRACT)

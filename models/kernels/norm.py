@@ -25,6 +25,8 @@ from models.kernels.threads import compiled_kernel
 from models.kernels.vmath import exp, exp_neg32
 
 NONE, SILU, RELU = 0, 1, 2
+BLOCK_ELEMS = 1 << 14  # values per work item of the epilogue (affine_act, group_norm.group_affine_act)
+MIN_BLOCKS = 64  # work items of affine_act at least (group norm's are at least its images)
 
 
 @compiled_kernel()
@@ -157,26 +159,35 @@ def sigmoid_row(row, mu, mu_lo, a, beta, sig):
 
 
 @compiled_kernel()
-def _affine_row(row, mu, mu_lo, a, beta, out, sig, act, keep):
-    """out = act(((row - mu) - mu_lo)*a + beta) for one row; the tests are outside the loops.
-    For SiLU with ``keep`` the sigmoid of z is also stored in ``sig`` for the backward pass
-    (without, backward recomputes it)."""
-    c_ = row.shape[0]
+def affine_act_rows(xs, ys, ss, mu, mu_lo, a, beta, r0, r1, act, keep):
+    """The norm + activation epilogue of batch and group norm: ys[r] = act(((xs[r] - mu) - mu_lo)*a + beta) for
+    rows r0 <= r < r1 of [R, W] views, per column; the tests are outside the loops. For SiLU with ``keep`` the
+    sigmoid of z is also stored in ``ss[r]`` for the backward pass (without, backward recomputes it). A caller
+    gives it a block of rows at a time (one call per row of a short row costs more than the row)."""
+    w = xs.shape[1]
     if act == SILU and keep:
-        for c in range(c_):
-            z, sz = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])
-            sig[c] = sz
-            out[c] = z * sz
+        for r in range(r0, r1):
+            xr, yr, sr = xs[r], ys[r], ss[r]
+            for j in range(w):
+                z, sz = silu_parts(xr[j], mu[j], mu_lo[j], a[j], beta[j])
+                sr[j] = sz
+                yr[j] = z * sz
     elif act == SILU:
-        for c in range(c_):
-            z, sz = silu_parts(row[c], mu[c], mu_lo[c], a[c], beta[c])
-            out[c] = z * sz
+        for r in range(r0, r1):
+            xr, yr = xs[r], ys[r]
+            for j in range(w):
+                z, sz = silu_parts(xr[j], mu[j], mu_lo[j], a[j], beta[j])
+                yr[j] = z * sz
     elif act == RELU:
-        for c in range(c_):
-            out[c] = max(((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c], 0)
+        for r in range(r0, r1):
+            xr, yr = xs[r], ys[r]
+            for j in range(w):
+                yr[j] = max(((xr[j] - mu[j]) - mu_lo[j]) * a[j] + beta[j], 0)
     else:
-        for c in range(c_):
-            out[c] = ((row[c] - mu[c]) - mu_lo[c]) * a[c] + beta[c]
+        for r in range(r0, r1):
+            xr, yr = xs[r], ys[r]
+            for j in range(w):
+                yr[j] = ((xr[j] - mu[j]) - mu_lo[j]) * a[j] + beta[j]
 
 
 @compiled_kernel()
@@ -205,9 +216,12 @@ def _dz_row(xr, gr, sr, mu, mu_lo, a, beta, invstd, out, p0, p1, act):
 
 @compiled_kernel(parallel=True)
 def affine_act(x, mu, mu_lo, a, beta, y, sig, act, keep):
-    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU, keep)."""
-    for r in prange(x.shape[0]):
-        _affine_row(x[r], mu, mu_lo, a, beta, y[r], sig[r], act, keep)
+    """y = act(((x - mu) - mu_lo)*a + beta) per column, for x, y [M, C]; sig = sigmoid(z) (SiLU, keep); in
+    blocks of about ``BLOCK_ELEMS`` values, at least ``MIN_BLOCKS`` of them (work for every thread)."""
+    m_ = x.shape[0]
+    blocks = min(m_, max(MIN_BLOCKS, m_ * x.shape[1] // BLOCK_ELEMS))
+    for b in prange(blocks):
+        affine_act_rows(x, y, sig, mu, mu_lo, a, beta, b * m_ // blocks, (b + 1) * m_ // blocks, act, keep)
 
 
 @compiled_kernel(parallel=True)

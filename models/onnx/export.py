@@ -1,5 +1,7 @@
 """``run_dir/model.onnx``: the user's graph (``model.onnx``) with the trained initializers.
 
+It starts from the file as the run read it (``source.OnnxFile``: read once, not again at the end).
+
 Every parameter goes back through its ``ParamSite.to_onnx`` (the graph's layout), every batch norm's
 running statistics by their initializer names; an initializer the importer reached through an
 ``Identity``/``Unsqueeze``/``Squeeze``/``Reshape`` of a constant is written to the initializer it came
@@ -21,21 +23,22 @@ import os
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from models.onnx.graph import read_model
+from models.onnx.op_table import RESHAPES
+from models.onnx.source import OnnxFile
 
 logger = logging.getLogger(__name__)
-PASS_THROUGH = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
-def trained_onnx(model, source, buffers=None, num_classes: int | None = None):
+def trained_onnx(model, source: OnnxFile, buffers=None, num_classes: int | None = None):
     """The ``onnx.ModelProto`` of ``source`` (the file of ``model.onnx``) with ``model``'s weights and
     ``buffers`` (norm running statistics; default ``model.buffers()``); ``num_classes``: ``model.num_classes``."""
-    from onnx import numpy_helper
-
-    from models.onnx.graph import read_model
-
-    proto = read_model(source)
+    proto = read_model(source.proto)  # a copy
     inits = {t.name: t for t in proto.graph.initializer}
-    origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in PASS_THROUGH and n.input}
+    origin = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type in RESHAPES and n.input}
     values = {s.initializer: s.to_onnx(np.asarray(s.param.data)) for s in model.sites}
     values.update(model.buffers() if buffers is None else buffers)
     missing, resized = [], []
@@ -56,7 +59,7 @@ def trained_onnx(model, source, buffers=None, num_classes: int | None = None):
         old.CopyFrom(numpy_helper.from_array(value, root))
     if resized:  # the logits' class count is the new classifier's; stale inferred shapes go
         if num_classes is None:
-            raise ValueError(f"{resized} of {source} changed shape: give the class count (model.num_classes)")
+            raise ValueError(f"{resized} of {source.shown} changed shape: give the class count (model.num_classes)")
         classes = int(num_classes)
         for out in proto.graph.output:
             dims = out.type.tensor_type.shape.dim
@@ -65,18 +68,16 @@ def trained_onnx(model, source, buffers=None, num_classes: int | None = None):
                 dims[1].dim_value = classes
         del proto.graph.value_info[:]
     if missing:
-        raise ValueError(f"cannot write the trained weights back to the graph of {source}: no initializer "
+        raise ValueError(f"cannot write the trained weights back to the graph of {source.shown}: no initializer "
                          f"holds {missing[:5]}")
     return proto
 
 
-def write_trained_onnx(model, source, run_dir, buffers=None, num_classes: int | None = None) -> Path:
+def write_trained_onnx(model, source: OnnxFile, run_dir, buffers=None, num_classes: int | None = None) -> Path:
     """``run_dir/model.onnx``, atomically; returns its path."""
-    import onnx
-
     out = Path(run_dir) / "model.onnx"
     tmp = out.with_name(f".model.onnx.{os.getpid()}.tmp")
     onnx.save(trained_onnx(model, source, buffers, num_classes), str(tmp))
     os.replace(tmp, out)
-    logger.info("Trained weights in %s (the graph of %s with new initializers).", out, source)
+    logger.info("Trained weights in %s (the graph of %s with new initializers).", out, source.given)
     return out

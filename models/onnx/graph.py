@@ -30,21 +30,16 @@ from onnx import numpy_helper, shape_inference
 from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
 from models.onnx.fuse_norm import fuse_group_norm
 from models.onnx.ir import Graph, Node, OnnxImportError, UnsupportedOpError, param_inputs
+from models.onnx.op_table import DROP_PATH_PARTS, ONNX_OPS, RESHAPES, patterns_text
 from models.onnx.patterns import fuse_drop_path
 
-# Ops that become layers (or profile rows). SiLU and HardSwish also come from their Mul patterns.
-COMPUTE_OPS = frozenset({
-    "Conv", "Gemm", "MatMul", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
-    "LayerNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu",
-    "Add", "Sub", "Mul", "Div", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
-    "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Dropout", "Softmax", "Identity"})
+# Ops that become layers (or profile rows): the op table's (``op_table.py``).
+COMPUTE_OPS = ONNX_OPS
 # Ops that only compute constants: supported when folding removes them.
 CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 # Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
-DROP_PATH_OPS = frozenset({"RandomUniformLike", "Less", "Cast"})
+DROP_PATH_OPS = frozenset(DROP_PATH_PARTS)
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
-# Folded ops that keep their input's values in another shape: a weight read through them is the file's initializer.
-RESHAPING = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 
 
 def read_model(source) -> onnx.ModelProto:
@@ -91,8 +86,7 @@ def unsupported(node, where: str, extra: str = "") -> UnsupportedOpError:
         inputs = node.input
     return UnsupportedOpError(
         f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(inputs)}){extra}; "
-        f"supported: {', '.join(SUPPORTED_OPS)} (and SiLU as Mul(x, Sigmoid(x)); {', '.join(sorted(DROP_PATH_OPS))} "
-        f"in torch's stochastic depth)")
+        f"supported: {', '.join(SUPPORTED_OPS)} (and {patterns_text()})")
 
 
 def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
@@ -158,7 +152,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
 
 def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str]) -> onnx.ModelProto:
     """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
-    of each folded value that only reshapes one (``RESHAPING``)."""
+    of each folded value that only reshapes one (``op_table.RESHAPES``)."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     files = set(consts)
@@ -182,7 +176,7 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
             continue
         consts[node.output[0]] = value
         source = origins.get(node.input[0], node.input[0]) if node.input else None
-        if node.op_type in RESHAPING and source in files and np.size(value) == np.size(consts[node.input[0]]):
+        if node.op_type in RESHAPES and source in files and np.size(value) == np.size(consts[node.input[0]]):
             origins[node.output[0]] = source
         g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
     initialized = {t.name for t in g.initializer}
@@ -265,10 +259,13 @@ def _fuse(nodes: list[Node], graph_outputs) -> list[Node]:
     return [fused.get(id(n), n) for n in nodes if id(n) not in drop]
 
 
-def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_size: int | None = None) -> Graph:
-    """The network of ``source`` (a path or an ``onnx.ModelProto``) as a ``Graph``; see the module doc."""
+def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_size: int | None = None,
+               where: str | None = None) -> Graph:
+    """The network of ``source`` (a path or an ``onnx.ModelProto``) as a ``Graph``; see the module doc.
+    ``where``: how errors name the source (default: the path, or the model's graph name)."""
     model = read_model(source)
-    where = str(source) if not isinstance(source, onnx.ModelProto) else (model.graph.name or "model")
+    if where is None:
+        where = str(source) if not isinstance(source, onnx.ModelProto) else (model.graph.name or "model")
     opset = _opset(model, where)
     if model.functions:
         from onnx import inliner

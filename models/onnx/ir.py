@@ -1,12 +1,12 @@
 """The graph's IR: what ``graph.load_graph`` makes of an ONNX file and every other module of
-``models.onnx`` reads (the profile, the blocks, the trainable network, the fusions). Plain data and
-numpy: no ``onnx``, nothing else of the package.
+``models.onnx`` reads (the profile, the blocks, the trainable network, the fusions).
 
 * :class:`Node`: one op with its tensors' static shapes and its attributes as plain Python;
 * :class:`Graph`: the nodes in topological order, the constants as numpy arrays, the trainable weights;
 * :class:`OnnxImportError` (a ``ValueError`` said in one line) and :class:`UnsupportedOpError`;
-* the op families the readers share (:data:`NORM_OPS`, :data:`DATA_MOVEMENT`), :func:`param_inputs` and
-  :func:`folded_norm_warning`.
+* :func:`param_inputs` and :func:`folded_norm_warning`.
+
+Plain data and numpy, and the op table (``op_table.py``): no ``onnx``, nothing else of the package.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-NORM_OPS = frozenset({"BatchNormalization", "GroupNormalization", "InstanceNormalization", "LayerNormalization"})
-# Ops that only move data: no work in the profile.
-DATA_MOVEMENT = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+from models.onnx.op_table import NORM_OPS, WEIGHTED_OPS, ops_of
 
 
 class OnnxImportError(ValueError):
@@ -67,10 +65,9 @@ def param_inputs(node: Node, constants) -> list[str]:
     """The node's inputs that are trainable weights: Conv/Gemm/MatMul weights and biases, norm scales
     and offsets (not batch norm's running statistics), and a non-scalar constant operand of an
     element-wise Add/Sub/Mul/Div (a learned bias or scale); scalar constants are not parameters."""
-    if node.op in ("Conv", "Gemm", "BatchNormalization", "GroupNormalization", "InstanceNormalization",
-                   "LayerNormalization"):
+    if node.op in WEIGHTED_OPS:
         return [t for t in node.inputs[1:3] if t in constants]
-    if node.op in ("MatMul", "Add", "Sub", "Mul", "Div"):
+    if node.op == "MatMul" or node.op in ops_of("binary"):
         return [t for t in node.inputs if t in constants and (node.op == "MatMul" or constants[t].size > 1)]
     return []
 

@@ -39,17 +39,13 @@ from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Graph, Node, OnnxImportError
+from models.onnx.op_table import OPS, trainable_text
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
 from models.pool import Dropout, GlobalAvgPool, MaxPool2d
 
-TRAINABLE_OPS = ("Conv", "Gemm", "MatMul (constant weight)", "BatchNormalization", "GroupNormalization (also torch's "
-                 "InstanceNormalization pattern)", "InstanceNormalization", "Relu", "Sigmoid", "SiLU", "Clip",
-                 "Tanh", "HardSigmoid", "HardSwish", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
-                 "GlobalAveragePool", "ReduceMean (H, W)", "AveragePool (whole image)", "Flatten", "Reshape",
-                 "Squeeze", "Unsqueeze", "Transpose", "Identity", "Dropout",
-                 "torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)")
+TRAINABLE_OPS = trainable_text()  # the op table's (op_table.py), in words
 
 
 @dataclass
@@ -173,7 +169,7 @@ class _Builder:
 
     def fail(self, node: Node, why: str) -> OnnxImportError:
         return OnnxImportError(f"{self.where}: node {node.name!r} ({node.op}): {why}; the trainable graph model "
-                               f"supports {', '.join(TRAINABLE_OPS)}")
+                               f"supports {TRAINABLE_OPS}")
 
     def const(self, name: str) -> np.ndarray | None:
         return self.g.initializers.get(name)
@@ -273,6 +269,9 @@ class _Builder:
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], MaxPool2d(n.name, n.name, k[0], s[0], p[0], self.dtype))
 
     def global_pool(self, n: Node) -> GraphOp:
+        if n.op == "AveragePool" and not (n.output_shapes[0][2:] == (1, 1) and not any(n.attrs.get("pads", [0]))
+                                          and list(n.attrs.get("kernel_shape", [])) == list(n.input_shapes[0][2:])):
+            raise self.fail(n, "average pooling over the whole image only")
         out = n.output_shapes[0]
         view = None if len(out) == 2 else (1, 1, out[1])
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], GlobalAvgPool(n.name, n.name, self.dtype), view)
@@ -305,43 +304,34 @@ class _Builder:
             raise self.fail(n, f"reshaping {list(x)} to {list(y)} mixes the batch")
         return Move(n.name, n.inputs[:1], n.outputs[0], y[1:])
 
+    # the op table's layer -> the method that builds it
+    BUILDERS = {"Conv2d": "conv", "Dense": "dense", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm_node",
+                "Activation": "activation", "Unary": "unary", "Binary": "binary", "MaxPool2d": "max_pool",
+                "GlobalAvgPool": "global_pool", "Concat": "concat", "Dropout": "dropout", "DropPath": "drop_path",
+                "Move": "move"}
+
     def node(self, n: Node) -> GraphOp:
-        """The engine op of one node."""
-        op = n.op
-        if op == "Conv":
-            return self.conv(n)
-        if op in ("Gemm", "MatMul"):
-            return self.dense(n)
-        if op == "BatchNormalization":
-            return self.batch_norm(n)
-        if op in ("Relu", "Sigmoid", "SiLU"):
-            fn = {"Relu": "relu", "Sigmoid": "sigmoid", "SiLU": "silu"}[op]
-            return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, fn, self.dtype))
-        if op in ("Clip", "Tanh", "HardSigmoid", "HardSwish"):
-            return Unary(n.name, op, n.inputs[:1], n.outputs[0], n.attrs)
-        if op in ("Add", "Sub", "Mul", "Div"):
-            return self.binary(n)
-        if op == "MaxPool":
-            return self.max_pool(n)
-        if op in ("GlobalAveragePool", "ReduceMean"):
-            return self.global_pool(n)
-        if op == "AveragePool" and n.output_shapes[0][2:] == (1, 1) and not any(n.attrs.get("pads", [0])) \
-                and list(n.attrs.get("kernel_shape", [])) == list(n.input_shapes[0][2:]):
-            return self.global_pool(n)
-        if op == "Concat":
-            return Concat(n.name, list(n.inputs), n.outputs[0], n.attrs.get("axis", 1), len(n.output_shapes[0]))
-        if op == "Dropout":
-            return LayerOp(n.name, n.inputs[:1], n.outputs[0],
-                           Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype))
-        if op == "DropPath":
-            return DropPath(n.name, n.inputs[:1], n.outputs[0], n.attrs["ratio"], self.rng, self.dtype)
-        if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"):
-            return self.move(n)
-        if op == "InstanceNormalization":
-            return self.instance_norm(n)
-        if op == "GroupNormalization":
-            return self.group_norm_node(n)
-        raise self.fail(n, "no layer of the engine does this op")
+        """The engine op of one node: the builder of its layer in the op table (``op_table.OPS``)."""
+        rule = OPS.get(n.op)
+        if rule is None or not rule.trainable:
+            raise self.fail(n, "no layer of the engine does this op")
+        return getattr(self, self.BUILDERS[rule.layer])(n)
+
+    def activation(self, n: Node) -> GraphOp:
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, n.op.lower(), self.dtype))
+
+    def unary(self, n: Node) -> GraphOp:
+        return Unary(n.name, n.op, n.inputs[:1], n.outputs[0], n.attrs)
+
+    def concat(self, n: Node) -> GraphOp:
+        return Concat(n.name, list(n.inputs), n.outputs[0], n.attrs.get("axis", 1), len(n.output_shapes[0]))
+
+    def dropout(self, n: Node) -> GraphOp:
+        return LayerOp(n.name, n.inputs[:1], n.outputs[0],
+                       Dropout(n.name, n.name, n.attrs.get("ratio", 0.5), self.rng, self.dtype))
+
+    def drop_path(self, n: Node) -> GraphOp:
+        return DropPath(n.name, n.inputs[:1], n.outputs[0], n.attrs["ratio"], self.rng, self.dtype)
 
     def instance_norm(self, n: Node) -> GraphOp:
         """Instance norm proper (a 4-D input): group norm with a group per channel."""
@@ -352,7 +342,9 @@ class _Builder:
 
     def group_norm_node(self, n: Node) -> GraphOp:
         """A ``GroupNormalization``: the graph's own, or torch's Reshape/InstanceNormalization/Reshape/Mul/Add
-        export, which the importer fuses into one (``models.onnx.fuse_norm``)."""
+        export, which the importer fuses into one (``models.onnx.fuse_norm``); or an instance norm."""
+        if n.op == "InstanceNormalization":
+            return self.instance_norm(n)
         c = n.input_shapes[0][1]
         if any(self.const(t) is None or self.const(t).size != c for t in n.inputs[1:3]):
             raise self.fail(n, f"group norm with a scale and a bias of {c} values (one per channel) as initializers")

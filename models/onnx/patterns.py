@@ -19,10 +19,10 @@ import numpy as np
 
 from models.onnx.fold import decimal
 from models.onnx.ir import Node
+from models.onnx.op_table import ACTIVATIONS, ops_of
 
 SE_GATES = ("Sigmoid", "HardSigmoid")
-SE_ACTS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "SiLU")
-SE_POOLS = ("GlobalAveragePool", "ReduceMean")
+SE_POOLS = ops_of("global_pool")
 
 
 def readers(nodes: list[Node]) -> dict[str, int]:
@@ -44,7 +44,7 @@ def squeeze_excite_chains(nodes: list[Node], constants) -> dict[str, list[Node]]
             continue
         for gate_t, x in (mul.inputs, mul.inputs[::-1]):
             chain, t = [], gate_t
-            for ops in (SE_GATES, ("Conv",), SE_ACTS, ("Conv",), SE_POOLS):
+            for ops in (SE_GATES, ("Conv",), ACTIVATIONS, ("Conv",), SE_POOLS):
                 n = producer.get(t)
                 if n is None or n.op not in ops or count.get(t) != 1:
                     break

@@ -2,7 +2,7 @@
 
 ``ProfiledGraph(graph).profile(batch_size)`` answers what ``Model.profile(batch_size)`` answers for a
 built-in model, with the same counting rules per kind (a multiply-add is 2 FLOPs; backward counts
-twice the forward's multiply-adds for matrix layers):
+twice the forward's multiply-adds for matrix layers); one rule per family of the op table (``op_table.py``):
 
 - ``Conv``: ``conv`` (``dwconv`` when groups == in == out channels), a matrix layer with its
   ``ConvShape`` (kernel, first stride, groups, the real output size: any padding, auto_pad or
@@ -45,14 +45,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 from models.onnx.graph import load_graph
-from models.onnx.ir import DATA_MOVEMENT, NORM_OPS, Graph, Node, OnnxImportError, param_inputs
+from models.onnx.ir import Graph, Node, OnnxImportError, param_inputs
+from models.onnx.op_table import NORM_OPS, OPS, cost_as
 from models.onnx.patterns import squeeze_excite_chains
 from models.profile import ConvShape, LayerProfile
-
-ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "SiLU"})
 
 
 def _nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -90,40 +90,41 @@ class _Rows:
         params = self.params(node)
         if node.name in self.se:
             return [self._se(node, block, params)]
-        if op == "Conv":
+        family = OPS[op].family if op in OPS else None
+        if family == "conv":
             return [self._conv(node, block, params)]
-        if op in ("Gemm", "MatMul"):
+        if family == "dense":
             return [self._dense(node, block, params)]
-        if op in NORM_OPS:
+        if family == "norm":
             return [_row(node, block, "norm", 8 * e, 12 * e, e, params)]
-        if op in ACTIVATIONS:
+        if family == "activation":
             src = self.producer.get(node.inputs[0])
             fused = src is not None and (src.op in NORM_OPS or src.op == "Add") and self._readers(node.inputs[0]) == 1
             if fused and op == "Relu" and src.op == "Add":  # the engine's add_relu: one FLOP each way
                 return [_row(node, block, "act", e, e, 0, params)]
             return [_row(node, block, "act", 4 * e, 6 * e, 0 if fused else e, params)]
-        if op in ("Add", "Sub", "Mul", "Div"):
+        if family == "binary":
             live = self.computed(node)
             if op in ("Add", "Sub") and len(live) == 2 and all(node.input_shapes[i] == node.output_shapes[0]
                                                                 for i in live):
                 return [_row(node, block, "add", e, e, 0, params)]
             saved = sum(math.prod(node.input_shapes[i]) for i in live) if op in ("Mul", "Div") else 0
             return [_row(node, block, "eltwise", e, e * max(1, len(live)), saved, params)]
-        if op in ("MaxPool", "AveragePool"):
+        if family == "pool":
             k = math.prod(node.attrs["kernel_shape"])
             return [_row(node, block, "pool", k * e, e, e if op == "MaxPool" else 0, params)]
-        if op in ("GlobalAveragePool", "ReduceMean"):
+        if family == "global_pool":
             e_in = math.prod(node.input_shapes[0])
             return [_row(node, block, "pool", e_in, e_in, 0, params)]
-        if op == "DropPath":  # one factor per sample, kept for backward (the built-in's residual row keeps it)
+        if family == "drop_path":  # one factor per sample, kept for backward (the built-in's residual row keeps it)
             return [_row(node, block, "eltwise", e, e, node.output_shapes[0][0], params)]
-        if op == "Dropout":
+        if family == "dropout":
             return [_row(node, block, "dropout", e, e, e if node.attrs.get("ratio", 0.5) > 0 else 0, params)]
-        if op == "Softmax":
+        if family == "softmax":
             return [_row(node, block, "softmax", 5 * e, 4 * e, e, params)]
-        if op == "Concat":
+        if family == "concat":
             return [_row(node, block, "concat", 0, 0, 0, params)]
-        if op in DATA_MOVEMENT:
+        if family == "movement":
             return []
         raise OnnxImportError(f"node {node.name!r}: no profile rule for op {op}")
 
@@ -258,6 +259,23 @@ def _rebatch(r: LayerProfile, n0: int, n: int) -> LayerProfile:
     return dataclasses.replace(r, flops_fwd=_scale(r.flops_fwd, n0, n), flops_bwd=_scale(r.flops_bwd, n0, n),
                                activation_elems=_scale(r.activation_elems, n0, n),
                                saved_elems=_scale(r.saved_elems, n0, n), in_shape=shape, conv=conv)
+
+
+def cost_workload(graph: Graph) -> dict[str, object]:
+    """What the profile rows do not say and the cost model needs (the fields of ``ipu.plan.Workload``): the
+    commonest activation (``cost_as`` relu: relu, swish otherwise, the transcendental one) and its norm (batch
+    norm, or group norm with its groups). Two-pass norm statistics (Poplar's stable_norm) for group norm and
+    for swish networks, as the EfficientNet recipe sets them and the built-in EfficientNets are costed;
+    single-pass for ReLU networks with batch norm, as the MLPerf ResNet configs."""
+    ops = Counter(n.op for n in graph.nodes)
+    relu, swish = (sum(ops[o] for o in cost_as(kind)) for kind in ("relu", "swish"))
+    activation = "relu" if relu >= swish else "swish"
+    if sum(ops[o] for o in cost_as("batch")) >= sum(ops[o] for o in cost_as("group")):
+        return {"activation": activation, "norm": "batch", "norm_groups": 32, "drop_connect": False,
+                "stable_norm": activation == "swish"}
+    groups = Counter(int(n.attrs.get("num_groups", 1)) for n in graph.nodes if n.op == "GroupNormalization")
+    return {"activation": activation, "norm": "group", "norm_groups": groups.most_common(1)[0][0] if groups else 1,
+            "drop_connect": False, "stable_norm": True}
 
 
 def onnx_profile(source, batch_size: int, image_size: int | tuple[int, int] | None = None,

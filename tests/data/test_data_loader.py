@@ -6,7 +6,7 @@ import pytest
 from data.augment import AugmentConfig
 from data.dataset import open_dataset
 from data.layout import DatasetError
-from data.loader import Batch, BatchSpec, Loader, evaluation_loader
+from data.loader import Batch, BatchSpec, Loader, evaluation_loader, host_batches_ahead
 from tests.data.tiny_h5 import row_ids, write_tiny
 
 
@@ -207,3 +207,18 @@ def test_another_process_builds_the_same_batch(tiny_file, tmp_path):
     train = open_dataset(tiny_file, "train")
     here = Loader(train, BatchSpec(3, 1, 1, 2, 1), seed=11, augment=True, prefetch_batches=0).batch_at(2, 1)
     assert np.array_equal(np.load(tmp_path / "b.npy"), here.images)
+
+
+def test_the_loader_keeps_prefetch_micro_batches_ahead_of_each_replica():
+    assert [host_batches_ahead(d, 1) for d in (0, 1, 2, 3)] == [0, 1, 2, 3]
+    assert [host_batches_ahead(3, a) for a in (2, 3, 4, 256)] == [2, 1, 1, 1]
+    with pytest.raises(ValueError, match="prefetch_micro_batches must be >= 0"):
+        host_batches_ahead(-1, 1)
+
+
+def test_the_batch_spec_of_a_placement_is_its_instance_share():
+    from types import SimpleNamespace
+
+    second = SimpleNamespace(index=1, num_instances=2, num_local_replicas=2)  # as poprun_py.topology.InstanceInfo
+    spec = BatchSpec.of_placement(second, micro_batch=3, grad_accum=2)
+    assert spec == BatchSpec(micro_batch=3, grad_accum=2, local_replicas=2, num_instances=2, instance_index=1)

@@ -6,7 +6,7 @@ module of each package is read, subpackages included, and imports inside functio
 
 import pytest
 
-from tests.import_rules import PROJECT, import_cycles, offenders
+from tests.import_rules import PROJECT, ROOT, calls_of, import_cycles, offenders
 from tests.import_rules import under as _under
 
 
@@ -33,6 +33,15 @@ def test_only_models_onnx_imports_onnx(package):
     """Reading, profiling, training and writing an ONNX graph is ``models/onnx/``'s: the rest takes its ``Graph``."""
     found = offenders(package, lambda m: _under(m, "onnx"))
     assert {f: m for f, m in found.items() if not f.startswith("models/onnx/")} == {}
+
+
+@pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])
+def test_only_models_onnx_reads_an_onnx_file(package):
+    """Outside ``models/onnx/`` a file is read through ``models.onnx.OnnxFile`` (once per process), never with the
+    readers it wraps."""
+    found = {str(p.relative_to(ROOT)): [r for r in ("load_graph", "read_model", "onnx_profile") if calls_of(p, r)]
+             for p in (ROOT / package).rglob("*.py") if not p.is_relative_to(ROOT / "models" / "onnx")}
+    assert {f: r for f, r in found.items() if r} == {}
 
 
 @pytest.mark.parametrize("package", ["poprun_py", "ipu", "models", "data", "launch", "jit"])

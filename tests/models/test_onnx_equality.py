@@ -25,8 +25,9 @@ import pytest
 
 from ipu.cost.prediction import predict
 from ipu.plan import PRESETS, load_profile
-from launch.train.onnx_source import open_onnx
+from launch.train.plan import graph_plan
 from models import build_model
+from models.onnx import OnnxFile, open_for_prediction
 from tests.models.onnx_exports import training_export
 
 pytestmark = pytest.mark.torch
@@ -78,9 +79,10 @@ def test_onnx_export_profiles_and_predicts_as_the_builtin(key, tmp_path):
     onnx.checker.check_model(str(path))
     for plan in _presets(key):
         splits = SPLITS.get(plan.pipeline_splits, ())
-        source, oplan = open_onnx(str(path), plan, (plan.image_size,), splits=splits)
-        oplan = replace(oplan, pipeline_splits=splits)
-        mine, builtin = source(oplan), load_profile(plan)
+        file = OnnxFile(str(path), str(path))
+        profiles, probe, classes = open_for_prediction(file, plan.micro_batch, (plan.image_size,), splits=splits)
+        oplan = replace(graph_plan(plan, file.label, probe, classes), pipeline_splits=splits)
+        mine, builtin = profiles.rows(oplan.micro_batch, oplan.image_size), load_profile(plan)
         assert sorted(r.kind for r in mine) == sorted(r.kind for r in builtin)
         adds = [r for r in builtin if r.kind == "add"] if key.startswith("b") else []
         for field, extra in (("params", 0), ("flops_fwd", sum(r.activation_elems for r in adds)),

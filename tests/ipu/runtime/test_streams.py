@@ -5,14 +5,7 @@ import pytest
 
 from ipu.specs import MK2_GC200
 from ipu.io_tiles import io_overlaps, plan_io_tiles
-from ipu.runtime.streams import ReplicaFeed, host_batches_ahead
-
-
-def test_the_loader_keeps_prefetch_micro_batches_ahead_of_each_replica():
-    assert [host_batches_ahead(d, 1) for d in (0, 1, 2, 3)] == [0, 1, 2, 3]
-    assert [host_batches_ahead(3, a) for a in (2, 3, 4, 256)] == [2, 1, 1, 1]
-    with pytest.raises(ValueError, match="prefetch_micro_batches must be >= 0"):
-        host_batches_ahead(-1, 1)
+from ipu.runtime.streams import ReplicaFeed
 
 
 def test_overlap_rule():

@@ -17,8 +17,9 @@ import pytest
 
 from ipu.cost.prediction import predict
 from ipu.memory import IpuOutOfMemoryError
-from launch.train.build import compile_ipu, ipu_plan
-from launch.train.config import load_config
+from launch.train.build import compile_ipu
+from launch.train.config_file import load_config
+from launch.train.plan import ipu_plan
 from launch.train.report import predicted_pod
 from models import build_model
 from tests.launch.train.train_runs import env

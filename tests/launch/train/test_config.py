@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from launch.train.config import TrainConfig, from_dict, load_config, override_keys
+from launch.train.config import TrainConfig
+from launch.train.config_file import from_dict, load_config, override_keys
 from launch.train.distribute import distribute, placement
 from poprun_py.env import DistInfo
 from poprun_py.topology import InstanceInfo, single_instance
@@ -164,7 +165,7 @@ def test_a_bad_or_unquoted_precision_names_the_fix():
 @pytest.mark.parametrize("pod", ["pod16", "pod64", "pod128", "pod256"])
 def test_the_recipe_configs_are_the_ipu_presets(pod):
     from ipu.plan import get_preset
-    from launch.train.build import ipu_plan
+    from launch.train.plan import ipu_plan
     from models.registry import efficientnet_config
 
     preset = get_preset(f"g16-b4-{pod}")

@@ -16,38 +16,14 @@ import pytest
 from data.dataset import open_dataset
 from data.sources import dataset_path
 from ipu.cost.prediction import predict
-from launch.train.build import ipu_plan
-from launch.train.config import load_config
-from launch.train.onnx_source import open_onnx
+from launch.train.config_file import load_config
+from launch.train.plan import graph_plan, ipu_plan
+from models.onnx import OnnxFile, open_for_prediction
 from launch.train.checkpoint import split_prefix
 from tests.launch.train.train_runs import final_state, losses, ok, train
-from tests.models.onnx_exports import training_export
 
 torch = pytest.importorskip("torch")
-nn = torch.nn
-
-
-class TinyNet(nn.Module):
-    """conv+BN+ReLU, a residual block, global pool, Gemm: 28x28x1 -> 10 classes."""
-
-    def __init__(self, classes: int = 10):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
-        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8))
-        self.fc = nn.Linear(8, classes)
-
-    def forward(self, x):
-        x = self.stem(x)
-        x = torch.relu(x + self.body(x))
-        return self.fc(x.mean(dim=(2, 3)))
-
-
-def export_tiny(path, classes: int = 10) -> str:
-    torch.manual_seed(0)
-    net = TinyNet(classes).train()
-    Path(path).write_bytes(training_export(net, torch.randn(2, 1, 28, 28), input_name="images",
-                                           output_name="logits", dynamic={0: "batch"}))
-    return str(path)
+from tests.launch.train.onnx_nets import TinyNet, export_tiny  # noqa: E402  (torch first)
 
 
 def onnx_args(path: str, *extra: str) -> list[str]:
@@ -75,10 +51,13 @@ def test_an_onnx_network_trains_bitwise_alike_over_one_or_two_instances(tiny, tm
     info = open_dataset(dataset_path(cfg.data.path), "train").info
     plan = ipu_plan(cfg, info.image_shape, info.num_classes, info.num_samples)
     assert plan.model == "onnx:tiny.onnx" and plan.model_overrides == () and plan.image_channels == 1
-    source, onnx_plan = open_onnx(tiny, plan)
-    plan = replace(plan, workload=onnx_plan.workload)  # the graph's activation and norm, which the profile does not say
+    file = OnnxFile(tiny, tiny)
+    profiles, probe, classes = open_for_prediction(file, plan.micro_batch)
+    # the graph's activation and norm, which the profile does not say
+    plan = replace(plan, workload=graph_plan(plan, file.label, probe, classes).workload)
     assert summary["predicted_pod"] == plan.system
-    assert summary["predicted_pod_images_per_s"] == pytest.approx(predict(plan, source(plan)).images_per_s, rel=1e-12)
+    rows = profiles.rows(plan.micro_batch, plan.image_size)
+    assert summary["predicted_pod_images_per_s"] == pytest.approx(predict(plan, rows).images_per_s, rel=1e-12)
     check_trained_onnx(tiny, tmp_path / "1x2" / "model.onnx", tmp_path / "1x2")
     # the written file does not depend on the instance split (replica 0's batch-norm statistics)
     import onnx
@@ -181,21 +160,21 @@ def test_bad_onnx_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path)
 
 
 def test_the_config_names_the_file_and_the_check_reads_it(tmp_path):
-    """Loading a configuration reads no file: ``check_model`` (before the run directory) does."""
-    from launch.train.build import check_model
+    """Loading a configuration reads no file: ``open_model_file`` (before the run directory) does."""
+    from launch.train.build import open_model_file
 
     cfg = load_config("dense", [f"model.onnx={tmp_path / 'later.onnx'}"])
     assert cfg.model.onnx.endswith("later.onnx")
     with pytest.raises(ValueError, match="later.onnx: no such file"):
-        check_model(cfg)
+        open_model_file(cfg)
     with pytest.raises(ValueError, match="TopK"):
-        check_model(load_config("dense", [f"model.onnx={topk_model(tmp_path / 'later.onnx')}"]))
+        open_model_file(load_config("dense", [f"model.onnx={topk_model(tmp_path / 'later.onnx')}"]))
 
 
 def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
     """An eval-mode export folds batch norm into the convolutions: the trainer's check warns once, with the
     prediction's message (``models.onnx.folded_norm_warning``) and the export that keeps the norms."""
-    from launch.train.build import check_model
+    from launch.train.build import open_model_file
 
     torch.manual_seed(0)
     path = str(tmp_path / "folded.onnx")
@@ -204,12 +183,12 @@ def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
                       dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
     cfg = load_config("dense", [f"model.onnx={path}"])
     with caplog.at_level("WARNING"):
-        check_model(cfg)
+        open_model_file(cfg)
     warned = [r.getMessage() for r in caplog.records if "no normalisation layer" in r.getMessage()]
     assert len(warned) == 1 and "it trains without normalisation" in warned[0] and "dynamo=False" in warned[0]
     caplog.clear()
     with caplog.at_level("WARNING"):
-        check_model(load_config("dense", [f"model.onnx={export_tiny(tmp_path / 'bn.onnx')}"]))
+        open_model_file(load_config("dense", [f"model.onnx={export_tiny(tmp_path / 'bn.onnx')}"]))
     assert not [r for r in caplog.records if "no normalisation layer" in r.getMessage()]
 
 

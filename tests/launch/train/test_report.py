@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launch.train import report
-from launch.train.config import load_config
+from launch.train.config_file import load_config
 from launch.train.report import MetricsLog, plot_metrics, predicted_pod_images_per_s, summary_text
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,7 +12,7 @@ import pytest
 
 from launch.train import checkpoint as ckpt
 from launch.train import run_dir as rundir
-from launch.train.config import load_config
+from launch.train.config_file import load_config
 from launch.train.preemption import StopRequest
 
 
