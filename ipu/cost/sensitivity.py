@@ -2,8 +2,9 @@
 varied one at a time, the step time of every preset recomputed.
 
 A number is set to half and one and a half times its value (a whole number is rounded, and kept at
-least 1); a field that stands for the chip's own value or for the calibration (None) is scaled from
-that value. A categorical field (the statistic the outer ring is calibrated on) takes each of its other
+least 1), a hardware width (``POWER_OF_TWO``) to half and twice its value, as widths come in powers of
+two (a bus of 3 tiles would share nothing with a split in twos); a field that stands for the chip's own
+value or for the calibration (None) is scaled from that value. A categorical field (the statistic the outer ring is calibrated on) takes each of its other
 choices instead. Everything else stays as given: in particular the outer ring is calibrated again
 under every varied assumption, except when its rate is the one varied.
 """
@@ -20,6 +21,7 @@ from ipu.plan import get_preset, load_profile
 from ipu.specs import IpuSpec, get_chip
 
 FACTORS = (0.5, 1.5)
+POWER_OF_TWO = ("tiles_per_exchange_bus", "coeff_load_bytes_per_cycle")
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,12 @@ def value_of(name: str, assumptions: Assumptions, spec: IpuSpec):
 
 def variants(name: str, assumptions: Assumptions, spec: IpuSpec) -> tuple[tuple[str, Assumptions], ...]:
     """``assumptions`` with field ``name`` varied, each with its label: a number at every factor of
-    ``FACTORS``, a categorical field at each of its other choices."""
+    ``FACTORS`` (a hardware width halved and doubled), a categorical field at each of its other choices."""
     value = value_of(name, assumptions, spec)
     if choices(name):
         return tuple((c, replace(assumptions, **{name: c})) for c in choices(name) if c != value)
-    return tuple((f"x{f:g}", replace(assumptions, **{name: scaled(value, f)})) for f in FACTORS)
+    factors = (0.5, 2.0) if name in POWER_OF_TWO else FACTORS
+    return tuple((f"x{f:g}", replace(assumptions, **{name: scaled(value, f)})) for f in factors)
 
 
 def sensitivity(presets: Sequence[str], chip: str | None = None, names: Sequence[str] | None = None,
@@ -94,7 +97,8 @@ def sensitivity(presets: Sequence[str], chip: str | None = None, names: Sequence
 
 def format_sensitivity(rows: list[Sensitivity]) -> str:
     """A table: one line per assumption, one column per preset, the step time's change with each variant
-    (%: at x0.5 / x1.5, or with each other choice of a categorical one, named in the value column)."""
+    (%: at x0.5 / x1.5, or with the variants the value column names: other factors, a categorical
+    assumption's other choices)."""
     presets = list(dict.fromkeys(r.preset for r in rows))
     lines = ["| assumption | value | " + " | ".join(f"`{p}`" for p in presets) + " |",
              "|---|---|" + "---|" * len(presets)]
@@ -102,8 +106,8 @@ def format_sensitivity(rows: list[Sensitivity]) -> str:
         cells = {r.preset: r for r in rows if r.name == name}
         first = cells[presets[0]]
         value = ", ".join(dict.fromkeys(_number(r.value) for r in cells.values()))
-        if choices(name):
-            value += f" (against {' / '.join(first.variants)})"
+        if first.variants != tuple(f"x{f:g}" for f in FACTORS):
+            value += f" ({' / '.join(first.variants)})"
         text = [" / ".join(f"{100 * c:+.1f}" for c in cells[p].changes) for p in presets]
         lines.append(f"| `{name}`: {first.what} | {value} | " + " | ".join(text) + " |")
     return "\n".join(lines)
