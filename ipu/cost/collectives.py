@@ -13,8 +13,9 @@
   ``outer_ring_bytes_per_s`` makes the model's POD256 step exceed its POD128 step by what Graphcore's
   MLPerf Training v1.1 ResNet-50 logs measure at the same per-replica work (``ipu.cost.evidence.mlperf_v11``,
   Mk2 only), the logs' epochs read with ``Assumptions.outer_ring_statistic``. It is calibrated under
-  the assumptions it is given (their compute-set and global-sync latencies), unless they set the rate. The sum of all machines' GW-Links (the first model: about 280 GB/s per POD64 domain)
-  predicted a tenth of the measured difference.
+  the assumptions it is given (their compute-set and global-sync latencies), unless they set the rate.
+  The sum of all machines' GW-Links (the first model: about 280 GB/s per POD64 domain) predicted a
+  tenth of the measured difference.
 * **Cross-replica norm** (the ResNet recipes' ``BN_span``): each batch norm sums its statistics over
   ``span`` neighbouring replicas, forward (mean and mean of squares) and backward (the two gradient
   sums), as a ring of ``span`` IPUs over the same IPU-Links.

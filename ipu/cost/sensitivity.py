@@ -4,9 +4,10 @@ varied one at a time, the step time of every preset recomputed.
 A number is set to half and one and a half times its value (a whole number is rounded, and kept at
 least 1), a hardware width (``POWER_OF_TWO``) to half and twice its value, as widths come in powers of
 two (a bus of 3 tiles would share nothing with a split in twos); a field that stands for the chip's own
-value or for the calibration (None) is scaled from that value. A categorical field (the statistic the outer ring is calibrated on) takes each of its other
-choices instead. Everything else stays as given: in particular the outer ring is calibrated again
-under every varied assumption, except when its rate is the one varied.
+value or for the calibration (None) is scaled from that value. A categorical field (the statistic the
+outer ring is calibrated on) takes each of its other choices instead. Everything else stays as given:
+in particular the outer ring is calibrated again under every varied assumption, except when its rate is
+the one varied.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ def test_validate_sensitivity_prints_json(monkeypatch, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == 1 and doc["factors"] == [0.5, 1.5]
     (row,) = doc["sensitivity"]
-    assert (row["assumption"], row["preset"], row["value"], row["variants"]) == ("host_link_efficiency",
-                                                                                 "resnet50-pod16", 0.7, ["x0.5", "x1.5"])
+    assert (row["assumption"], row["preset"], row["value"]) == ("host_link_efficiency", "resnet50-pod16", 0.7)
+    assert row["variants"] == ["x0.5", "x1.5"]
     low, high = row["changes"]
     assert low > 0 > high  # a slower host link copies longer: the copy into the tiles adds to the step
 
