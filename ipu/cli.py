@@ -56,13 +56,14 @@ def op_validation_dict(rows: list, summary: list) -> dict:
 
 
 def sensitivity_dict(rows: list) -> dict:
-    """``validate --sensitivity --json``: each constant's effect on each preset's step time as plain data."""
+    """``validate --sensitivity --json``: each assumption's effect on each preset's step time as plain data
+    (``variants``: the factors, or a categorical assumption's other choices)."""
     from ipu.cost.sensitivity import FACTORS
 
     return {"schema": JSON_SCHEMA, "factors": list(FACTORS), "sensitivity": [
-        {"module": r.assumption.module, "constant": r.assumption.name, "what": r.assumption.what,
-         "value": r.assumption.value, "preset": r.preset, "chip": r.chip, "step_time_s": r.base_s,
-         "scaled_step_time_s": list(r.scaled_s), "changes": list(r.changes)} for r in rows]}
+        {"assumption": r.name, "what": r.what, "value": r.value, "variants": list(r.variants), "preset": r.preset,
+         "chip": r.chip, "step_time_s": r.base_s, "scaled_step_time_s": list(r.scaled_s),
+         "changes": list(r.changes)} for r in rows]}
 
 
 def prediction_dict(name: str, plan: IpuPlan, epochs: float | None = None, profile: list | None = None) -> dict:

@@ -2,7 +2,7 @@
 
 It holds the per-layer work as Poplar builds it (planned convolutions, vertex and vector cycle
 estimates, bulk-synchronous supersteps, per-tensor update work), the prediction that sums it over
-the pipeline schedule (``prediction.predict``), its per-layer breakdown, and the public
-measurements it is checked against (``validation``). It reads the device model (specs, plan,
+the pipeline schedule (``prediction.predict``) under its assumed numbers (``assumptions.Assumptions``),
+its per-layer breakdown, and the public measurements it is checked against (``validation``). It reads the device model (specs, plan,
 pipeline) and never the runtime.
 """

@@ -15,16 +15,17 @@ poplibs' reduction planner charges ``Target::getMaxIPUSyncDelay()`` instead, who
 not in poplibs, and no readable source gives the on-chip sync and exchange-latency measurements of Jia
 et al. (arXiv:1912.03413; ``ipu.cost.evidence.jia2019`` holds what secondary sources state: a 6-cycle memory
 latency and a 24 % rise of on-chip latency under full load, which this model, having no load term, does
-not reproduce). ``poprun-ipu validate --sensitivity`` shows how much each
-prediction depends on them.
+not reproduce). Both are fields of ``ipu.cost.assumptions.Assumptions`` (``sync_cycles``,
+``exchange_fixed_cycles``), which every function here takes; ``poprun-ipu validate --sensitivity`` shows
+how much each prediction depends on them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SYNC_CYCLES = 90  # CTCLossPlan.cpp syncCycles (a planner's estimate)
-EXCHANGE_FIXED_CYCLES = 100  # CTCLossPlan.cpp fixedOverheadExchangeCycles (a planner's estimate)
+from ipu.cost.assumptions import Assumptions
+
 EXCHANGE_BYTES_PER_CYCLE = 4  # ipu.specs.EXCHANGE_BYTES_PER_CYCLE (same on every chip)
 CATEGORIES = ("matrix", "vector", "exchange", "sync")
 
@@ -54,24 +55,24 @@ class Cycles:
         return {c: getattr(self, c) for c in CATEGORIES}
 
 
-def compute_set(matrix: float = 0.0, vector: float = 0.0, exchange_bytes: float = 0.0,
+def compute_set(assumptions: Assumptions, matrix: float = 0.0, vector: float = 0.0, exchange_bytes: float = 0.0,
                 exchange_cycles: float | None = None) -> Cycles:
     """One superstep: sync, exchange (fixed part + bytes, or the given exchange cycles), compute."""
     if exchange_cycles is None:
         exchange_cycles = -(-exchange_bytes // EXCHANGE_BYTES_PER_CYCLE) if exchange_bytes > 0 else 0.0
-    fixed = EXCHANGE_FIXED_CYCLES if exchange_cycles > 0 else 0.0
-    return Cycles(float(matrix), float(vector), float(exchange_cycles + fixed), float(SYNC_CYCLES), 1)
+    fixed = assumptions.exchange_fixed_cycles if exchange_cycles > 0 else 0.0
+    return Cycles(float(matrix), float(vector), float(exchange_cycles + fixed), float(assumptions.sync_cycles), 1)
 
 
-def compute_sets(count: int, matrix: float, vector: float, exchange_cycles: float) -> Cycles:
+def compute_sets(assumptions: Assumptions, count: int, matrix: float, vector: float, exchange_cycles: float) -> Cycles:
     """``count`` supersteps with the given totals (a planned convolution's sets): one sync each,
     the fixed exchange part on each set that exchanges (taken as all but the compute-only ones)."""
-    return Cycles(float(matrix), float(vector), float(exchange_cycles + (EXCHANGE_FIXED_CYCLES * count
-                                                                          if exchange_cycles > 0 else 0.0)),
-                  float(SYNC_CYCLES * count), count)
+    fixed = assumptions.exchange_fixed_cycles * count if exchange_cycles > 0 else 0.0
+    return Cycles(float(matrix), float(vector), float(exchange_cycles + fixed),
+                  float(assumptions.sync_cycles * count), count)
 
 
-def superstep_fixed_cycles() -> float:
+def superstep_fixed_cycles(assumptions: Assumptions) -> float:
     """What a compute set that exchanges costs before any byte moves: its sync and the fixed part of
     its exchange (see the module docstring for the source and its limits)."""
-    return float(SYNC_CYCLES + EXCHANGE_FIXED_CYCLES)
+    return float(assumptions.sync_cycles + assumptions.exchange_fixed_cycles)

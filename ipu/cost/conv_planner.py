@@ -29,10 +29,10 @@ import numpy as np
 
 from ipu.cost import bsp
 from ipu.cost import vertices as V
+from ipu.cost.assumptions import Assumptions
 from ipu.specs import IpuSpec
 from models.profile import ConvShape
 
-MEMCPY_BYTES_PER_CYCLE = 8  # assumed: one 64-bit load/store pair per cycle for on-tile copies
 TRANSFORM_FACTOR = 5 / 4  # ConvModel.cpp getScaleFactorForTransform: copy cycles x 5/4
 INTER_TILE_PARTIAL_BYTES = 4  # ConvOptions.hpp: interTilePartialsType defaults to FLOAT
 
@@ -158,11 +158,12 @@ def _vertices(p: ConvProblem, spec: IpuSpec, half: bool, half_partials: bool) ->
 
 
 @functools.lru_cache(maxsize=4096)
-def plan_conv(problem: ConvProblem, spec: IpuSpec, tiles: int, amp: float, half: bool,
-              half_partials: bool) -> ConvPlan:
+def plan_conv(problem: ConvProblem, spec: IpuSpec, tiles: int, amp: float, half: bool, half_partials: bool,
+              assumptions: Assumptions) -> ConvPlan:
     """The cheapest partition of ``problem`` over ``tiles`` tiles whose temporaries fit in
-    ``amp`` x tile memory (the least-memory plan if none fits)."""
-    plans = [_best_partition(problem, v, spec, tiles, amp, half, half_partials)
+    ``amp`` x tile memory (the least-memory plan if none fits); ``assumptions`` gives a compute
+    set's fixed cycles and the on-tile copy rate."""
+    plans = [_best_partition(problem, v, spec, tiles, amp, half, half_partials, assumptions)
              for v in _vertices(problem, spec, half, half_partials)]
     budget = amp * spec.memory_per_tile
     return min(plans, key=lambda plan: (plan.temp_bytes > budget, plan.cycles if plan.temp_bytes <= budget
@@ -170,16 +171,16 @@ def plan_conv(problem: ConvProblem, spec: IpuSpec, tiles: int, amp: float, half:
 
 
 def _best_partition(p: ConvProblem, v: _Vertex, spec: IpuSpec, tiles: int, amp: float, half: bool,
-                    half_partials: bool) -> ConvPlan:
+                    half_partials: bool, assumptions: Assumptions) -> ConvPlan:
     """The cheapest partition with this vertex. Serial splits of the output channels (the tile
     runs its share in ``serial`` iterations, holding 1/serial of the weights and partials at a
     time, one compute set each) are tried only when the cheapest parallel plan does not fit."""
     budget = amp * spec.memory_per_tile
     grid = _grid(p, v, tiles)
-    scored = [_score(p, v, spec, grid, half, half_partials, 1)]
+    scored = [_score(p, v, spec, grid, half, half_partials, 1, assumptions)]
     cheapest = int(np.argmin(scored[0]["cost"]))
     if scored[0]["temp"][cheapest] > budget:
-        scored += [_score(p, v, spec, grid, half, half_partials, k) for k in SERIAL_SPLITS]
+        scored += [_score(p, v, spec, grid, half, half_partials, k, assumptions) for k in SERIAL_SPLITS]
     best_cost, best = np.inf, None
     for sc in scored:
         cost = np.where(sc["temp"] <= budget, sc["cost"], np.inf)
@@ -266,7 +267,7 @@ def _vertex_cycles(p: ConvProblem, v: _Vertex, spec: IpuSpec, g_t, ig_t, og_iter
 
 
 def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, half_partials: bool,
-           serial: int) -> dict:
+           serial: int, assumptions: Assumptions) -> dict:
     """Cycles, bytes and temporary memory of every partition in ``grid`` (arrays)."""
     slic = v.method == "SLIC"
     in_chans, out_chans = p.in_chans * v.group_combine, p.out_chans * v.group_combine
@@ -298,9 +299,10 @@ def _score(p: ConvProblem, v: _Vertex, spec: IpuSpec, grid: dict, half: bool, ha
         lambda parts, depth: _reduction(parts, depth, workers, half), partials, i_s)
     # combining conv groups (poplibs' combineConvGroups transform) re-lays out all three operands
     rearrange = (True, True, True) if v.group_combine > 1 and not slic else p.rearrange
-    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes)
+    copies, copy_x, copy_bytes, copy_sets = _transforms(p, rearrange, spec, grid["used"], act_bytes,
+                                                         assumptions.memcpy_bytes_per_cycle)
     sets = serial * (1 + stages) + copy_sets
-    per_set = bsp.superstep_fixed_cycles() * (serial - 1) * (1 + stages)  # the extra iterations' sets
+    per_set = bsp.superstep_fixed_cycles(assumptions) * (serial - 1) * (1 + stages)  # the extra iterations' sets
     return {
         "serial": serial,
         "matrix": matrix * serial,
@@ -361,9 +363,11 @@ def _reduction(partials, depth, workers: int, half: bool):
     return reduce, exchange, nbytes, stages, temp
 
 
-def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpec, used, act_bytes: int):
+def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpec, used, act_bytes: int,
+                memcpy_bytes_per_cycle: int):
     """Layout changes before (input, weights) and after (output) the vertex, over the tiles used:
-    an exchange and an on-tile copy of each rearranged operand (ConvModel.cpp addTransformCycleEstimate)."""
+    an exchange and an on-tile copy of each rearranged operand (ConvModel.cpp addTransformCycleEstimate)
+    at ``memcpy_bytes_per_cycle`` (an assumption)."""
     if p.pass_name == "wu":
         volumes = (p.groups * p.rows * p.in_chans * p.input_per_output, p.groups * p.in_chans * p.out_chans,
                    p.groups * p.rows * p.cols * p.out_chans)
@@ -377,7 +381,7 @@ def _transforms(p: ConvProblem, rearrange: tuple[bool, bool, bool], spec: IpuSpe
     for needed, elems in zip(rearrange, volumes):
         if needed:
             per_tile = np.ceil(elems * act_bytes / used)
-            copies += np.ceil(per_tile * TRANSFORM_FACTOR / min(MEMCPY_BYTES_PER_CYCLE, act_bytes))
+            copies += np.ceil(per_tile * TRANSFORM_FACTOR / min(memcpy_bytes_per_cycle, act_bytes))
             exchange += np.ceil(per_tile / spec.exchange_bytes_per_cycle)
             nbytes += per_tile
             sets += 1

@@ -2,29 +2,28 @@
 
 Two different things stand between the dataset and the tiles:
 
-* **The hosts' NICs** (RoCE, ``MachineSpec.host_nic_bytes_per_s`` per host, at ``HOST_NIC_EFFICIENCY``)
+* **The hosts' NICs** (RoCE, ``MachineSpec.host_nic_bytes_per_s`` per host, at ``host_nic_efficiency``)
   fill host buffers in the background, ahead of the device: the loader prefetches and the stream
   callbacks hand over buffers that are ready. They bound the rate, not the step: an update can take no
   less than its images' NIC time, so the step is ``max(device time, NIC time)`` (``nic_s``), never
   their sum.
 * **The copy from host buffers into the tiles** is a stream copy inside the program, at the IPU's host
-  link rate (``IpuSpec.host_link_bytes_per_s``, PCIe Gen4, at ``HOST_LINK_EFFICIENCY``). Without IO
+  link rate (``IpuSpec.host_link_bytes_per_s``, PCIe Gen4, at ``host_link_efficiency``). Without IO
   tiles the compute tiles wait for it: it adds to the step (``copy_s``). With IO tiles and a schedule
   that lets them overlap (``overlaps``) it lands on the IO tiles while the others compute, and is a
   bound like the NIC.
 
 ResNet-50's recipes set no IO tiles (their configs, benchmark commands and MLPerf v1.1 configs), the
-G16 EfficientNet recipe sets 32.
+G16 EfficientNet recipe sets 32. The efficiencies and the host link's rate are fields of
+``ipu.cost.assumptions.Assumptions``.
 """
 
 from __future__ import annotations
 
+from ipu.cost.assumptions import Assumptions
 from ipu.plan import IpuPlan
 from ipu.precision import get_precision
 from ipu.specs import PodSpec
-
-HOST_NIC_EFFICIENCY = 0.7  # assumed: payload share of the hosts' RoCE NIC rate
-HOST_LINK_EFFICIENCY = 0.7  # assumed: payload share of the IPU's PCIe host link rate
 
 
 def input_bytes_per_replica(plan: IpuPlan) -> float:
@@ -33,15 +32,16 @@ def input_bytes_per_replica(plan: IpuPlan) -> float:
     return plan.gradient_accumulation * plan.image_elems * pixel_bytes
 
 
-def nic_s(plan: IpuPlan, pod: PodSpec) -> float:
+def nic_s(plan: IpuPlan, pod: PodSpec, assumptions: Assumptions) -> float:
     """Every replica's input of one update through the hosts' NICs."""
-    rate = pod.host_bytes_per_s(plan.num_hosts) * HOST_NIC_EFFICIENCY
+    rate = pod.host_bytes_per_s(plan.num_hosts) * assumptions.host_nic_efficiency
     return input_bytes_per_replica(plan) * plan.replicas / rate
 
 
-def copy_s(plan: IpuPlan, pod: PodSpec) -> float:
+def copy_s(plan: IpuPlan, pod: PodSpec, assumptions: Assumptions) -> float:
     """One replica's input of one update from host buffers into the tiles over the IPU's host link."""
-    return input_bytes_per_replica(plan) / (pod.chip.host_link_bytes_per_s * HOST_LINK_EFFICIENCY)
+    link = assumptions.chip_spec(pod.chip).host_link_bytes_per_s
+    return input_bytes_per_replica(plan) / (link * assumptions.host_link_efficiency)
 
 
 def overlaps(plan: IpuPlan) -> bool:

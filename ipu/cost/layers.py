@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ipu.cost import collectives
 from ipu.cost import vectors as VC
+from ipu.cost.assumptions import DEFAULT, Assumptions
 from ipu.cost.bsp import Cycles, compute_set, compute_sets
 from ipu.cost.conv_planner import ConvPlan, conv_passes, plan_conv
 from ipu.cost.vectors import VectorOp
@@ -35,8 +36,6 @@ from models.profile import ConvShape, LayerProfile
 
 NORM_FWD_PASSES = 5  # remove mean, whiten (2), scale and shift (2)
 NORM_BWD_PASSES = 8  # 2 products for the reductions, x gamma, copy, x varDelta, + meanDelta, scaled add, x invStd
-LOSS_FWD_SETS, LOSS_BWD_SETS = 4, 2  # softmax: max, exp, sum, divide; gradient: subtract, scale (assumed)
-MAXPOOL_TAPS = 9  # a 3x3 window (ResNet's stem pool), compares per output element (assumed)
 
 
 def plan_workload(plan: IpuPlan) -> Workload:
@@ -75,10 +74,33 @@ class DeviceContext:
     half_partials: bool
     workload: Workload = Workload()
     norm_span: int = 1  # replicas sharing batch norm statistics (a cross-replica sum per norm and pass)
+    assumptions: Assumptions = DEFAULT  # spec is the chip as they see it (Assumptions.chip_spec)
+
+    def __post_init__(self):
+        if self.assumptions.chip_spec(self.spec) != self.spec:
+            raise ValueError(f"the assumptions set chip facts that {self.spec.name}'s spec does not have: build the "
+                             "context with spec=assumptions.chip_spec(chip)")
 
     @property
     def workers(self) -> int:
         return self.spec.threads_per_tile
+
+    def elementwise(self, op: VectorOp) -> Cycles:
+        """One element-wise compute set over this IPU's compute tiles (``vectors.elementwise``)."""
+        return VC.elementwise(op, self.tiles, self.workers, self.assumptions)
+
+    def run(self, ops: list[VectorOp]) -> Cycles:
+        """Element-wise compute sets one after another (``vectors.run``)."""
+        return VC.run(ops, self.tiles, self.workers, self.assumptions)
+
+    def reduction(self, elems: int, outputs: int, outputs_per_tile: int, half: bool | None = None) -> Cycles:
+        """A reduction over this IPU's compute tiles (``vectors.reduction``; ``half`` default: the context's)."""
+        half = self.half if half is None else half
+        return VC.reduction(elems, outputs, outputs_per_tile, self.tiles, self.workers, half, self.assumptions)
+
+    def scalar_ops(self, count: int) -> Cycles:
+        """``count`` scalar compute sets (``vectors.scalar_ops``)."""
+        return VC.scalar_ops(count, self.workers, self.assumptions)
 
 
 @dataclass(frozen=True)
@@ -107,31 +129,32 @@ def _plans(shape: ConvShape, ctx: DeviceContext, skip_input_grad: bool = False) 
     problems = conv_passes(shape)
     if skip_input_grad:
         problems = [p for p in problems if p.pass_name != "bwd"]
-    return [plan_conv(p, ctx.spec.tile_view, ctx.tiles, ctx.amp, ctx.half, ctx.half_partials) for p in problems]
+    return [plan_conv(p, ctx.spec.tile_view, ctx.tiles, ctx.amp, ctx.half, ctx.half_partials, ctx.assumptions)
+            for p in problems]
 
 
-def _as_cycles(plans: list[ConvPlan]) -> Cycles:
+def _as_cycles(plans: list[ConvPlan], assumptions: Assumptions) -> Cycles:
     total = Cycles()
     for p in plans:
-        total = total + compute_sets(p.compute_sets, p.matrix_cycles, p.vector_cycles, p.exchange_cycles)
+        total = total + compute_sets(assumptions, p.compute_sets, p.matrix_cycles, p.vector_cycles, p.exchange_cycles)
     return total
 
 
 def _planned(layer: LayerProfile, shape: ConvShape, ctx: DeviceContext, first: bool) -> LayerCost:
     plans = _plans(shape, ctx, skip_input_grad=first)
-    fwd = _as_cycles(plans[:1])
-    bwd = _as_cycles(plans[1:])
+    fwd = _as_cycles(plans[:1], ctx.assumptions)
+    bwd = _as_cycles(plans[1:], ctx.assumptions)
     if layer.kind == "dense" and layer.params > shape.in_channels * shape.out_channels:  # a bias
-        fwd = fwd + VC.elementwise(VectorOp("binary", layer.activation_elems, ctx.half), ctx.tiles, ctx.workers)
-        bwd = bwd + VC.reduction(layer.activation_elems, shape.out_channels, shape.out_channels, ctx.tiles,
-                                 ctx.workers, ctx.half)
+        fwd = fwd + ctx.elementwise(VectorOp("binary", layer.activation_elems, ctx.half))
+        bwd = bwd + ctx.reduction(layer.activation_elems, shape.out_channels, shape.out_channels)
     return LayerCost(layer, fwd, bwd, tuple(plans))
 
 
 def _unplanned(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     """A matrix layer without geometry: its FLOPs at the AMP's peak rate in one compute set each way."""
     rate = 2 * ctx.spec.amp_macs_per_cycle(ctx.half, ctx.half_partials) * ctx.tiles
-    return LayerCost(layer, compute_set(matrix=layer.flops_fwd / rate), compute_set(matrix=layer.flops_bwd / rate))
+    return LayerCost(layer, compute_set(ctx.assumptions, matrix=layer.flops_fwd / rate),
+                     compute_set(ctx.assumptions, matrix=layer.flops_bwd / rate))
 
 
 def _channels(layer: LayerProfile) -> tuple[int, int]:
@@ -145,20 +168,19 @@ def _norm(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     outputs, per_tile = (n * w.norm_groups, w.norm_groups) if w.norm == "group" else (c, c)
 
     def reduce_many(outs: int, touched: int) -> Cycles:  # two sums over the same data, one set of stages
-        return VC.reduction(2 * e, 2 * outs, 2 * touched, ctx.tiles, ctx.workers, ctx.half)
+        return ctx.reduction(2 * e, 2 * outs, 2 * touched)
 
     passes = [VectorOp("binary", e, ctx.half)]
     if w.stable_norm:  # mean, subtract it, then the power of the centred values (float partials)
-        stats = VC.reduction(e, outputs, per_tile, ctx.tiles, ctx.workers, ctx.half) * 2
+        stats = ctx.reduction(e, outputs, per_tile) * 2
         fwd_passes = NORM_FWD_PASSES
     else:  # mean and power in one reduceMany
         stats = reduce_many(outputs, per_tile)
         fwd_passes = NORM_FWD_PASSES - 1
-    fwd = stats + VC.scalar_ops(1, ctx.workers) + VC.run(passes * fwd_passes, ctx.tiles, ctx.workers)
-    bwd = (reduce_many(c, c) + reduce_many(outputs, per_tile) + VC.scalar_ops(2, ctx.workers)
-           + VC.run(passes * NORM_BWD_PASSES, ctx.tiles, ctx.workers))
+    fwd = stats + ctx.scalar_ops(1) + ctx.run(passes * fwd_passes)
+    bwd = reduce_many(c, c) + reduce_many(outputs, per_tile) + ctx.scalar_ops(2) + ctx.run(passes * NORM_BWD_PASSES)
     if w.norm == "batch" and ctx.norm_span > 1:  # the statistics, then their gradients, summed over replicas
-        shared = collectives.norm_statistics(c, ctx.norm_span, ctx.spec)
+        shared = collectives.norm_statistics(c, ctx.norm_span, ctx.spec, ctx.assumptions)
         fwd, bwd = fwd + shared, bwd + shared
     return LayerCost(layer, fwd, bwd)
 
@@ -166,8 +188,8 @@ def _norm(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
 def _activation(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     name = ctx.workload.activation
     e = layer.activation_elems
-    return LayerCost(layer, VC.elementwise(VectorOp(name, e, ctx.half), ctx.tiles, ctx.workers),
-                     VC.elementwise(VectorOp(f"{name}_grad", e, ctx.half), ctx.tiles, ctx.workers))
+    return LayerCost(layer, ctx.elementwise(VectorOp(name, e, ctx.half)),
+                     ctx.elementwise(VectorOp(f"{name}_grad", e, ctx.half)))
 
 
 def _squeeze_excite(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
@@ -175,48 +197,45 @@ def _squeeze_excite(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     s = max(1, (layer.params - c) // (2 * c + 1))  # params = C*S + S + S*C + C
     fc1, fc2 = ConvShape(n, (1, 1), c, s), ConvShape(n, (1, 1), s, c)
     plans = _plans(fc1, ctx) + _plans(fc2, ctx)
-    pool = VC.reduction(e, n * c, c, ctx.tiles, ctx.workers, ctx.half)
+    pool = ctx.reduction(e, n * c, c)
     small = [VectorOp("binary", n * s, ctx.half), VectorOp(ctx.workload.activation, n * s, ctx.half),
              VectorOp("binary", n * c, ctx.half), VectorOp("sigmoid", n * c, ctx.half)]
     gate = VectorOp("binary", e, ctx.half)
-    fwd = pool + _as_cycles([plans[0], plans[3]]) + VC.run(small + [gate], ctx.tiles, ctx.workers)
+    fwd = pool + _as_cycles([plans[0], plans[3]], ctx.assumptions) + ctx.run(small + [gate])
     small_grads = [VectorOp("binary", n * c, ctx.half), VectorOp(f"{ctx.workload.activation}_grad", n * s, ctx.half)]
-    bwd = (VC.run([gate], ctx.tiles, ctx.workers) + pool + VC.run(small_grads, ctx.tiles, ctx.workers)
-           + _as_cycles([p for i, p in enumerate(plans) if i not in (0, 3)]) + VC.run([gate, gate], ctx.tiles,
-                                                                                     ctx.workers))
+    bwd = (ctx.run([gate]) + pool + ctx.run(small_grads)
+           + _as_cycles([p for i, p in enumerate(plans) if i not in (0, 3)], ctx.assumptions) + ctx.run([gate, gate]))
     return LayerCost(layer, fwd, bwd, tuple(plans))
 
 
 def _residual(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     op = VectorOp("binary", layer.activation_elems, ctx.half)
     scaled = ctx.workload.drop_connect
-    return LayerCost(layer, VC.run([op] * (2 if scaled else 1), ctx.tiles, ctx.workers),
-                     VC.run([op] * (1 if scaled else 0), ctx.tiles, ctx.workers))
+    return LayerCost(layer, ctx.run([op] * (2 if scaled else 1)), ctx.run([op] * (1 if scaled else 0)))
 
 
 def _pool(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     n, c = _channels(layer)
     e_in = max(1, int(layer.flops_fwd))  # the pooling profile counts one FLOP per input element
     if layer.activation_elems <= n * c:  # global average pooling
-        return LayerCost(layer, VC.reduction(e_in, n * c, c, ctx.tiles, ctx.workers, ctx.half),
-                         VC.elementwise(VectorOp("binary", e_in, ctx.half), ctx.tiles, ctx.workers))
-    taps = VectorOp("max", layer.activation_elems * MAXPOOL_TAPS, ctx.half)
-    return LayerCost(layer, VC.elementwise(taps, ctx.tiles, ctx.workers), VC.elementwise(taps, ctx.tiles, ctx.workers))
+        return LayerCost(layer, ctx.reduction(e_in, n * c, c), ctx.elementwise(VectorOp("binary", e_in, ctx.half)))
+    taps = VectorOp("max", layer.activation_elems * ctx.assumptions.maxpool_taps, ctx.half)
+    return LayerCost(layer, ctx.elementwise(taps), ctx.elementwise(taps))
 
 
 def _dropout(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     op = VectorOp("binary", layer.activation_elems, ctx.half)
-    return LayerCost(layer, VC.run([op, op], ctx.tiles, ctx.workers), VC.run([op], ctx.tiles, ctx.workers))
+    return LayerCost(layer, ctx.run([op, op]), ctx.run([op]))
 
 
 def _loss(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     e = max(1, layer.saved_elems)
     op = VectorOp("binary", e, False)
-    return LayerCost(layer, VC.run([op] * LOSS_FWD_SETS, ctx.tiles, ctx.workers),
-                     VC.run([op] * LOSS_BWD_SETS, ctx.tiles, ctx.workers))
+    return LayerCost(layer, ctx.run([op] * ctx.assumptions.loss_fwd_sets),
+                     ctx.run([op] * ctx.assumptions.loss_bwd_sets))
 
 
 def _elementwise(layer: LayerProfile, ctx: DeviceContext) -> LayerCost:
     """Any other vector layer: one pass forward, one backward."""
     op = VectorOp("binary", layer.activation_elems, ctx.half)
-    return LayerCost(layer, VC.elementwise(op, ctx.tiles, ctx.workers), VC.elementwise(op, ctx.tiles, ctx.workers))
+    return LayerCost(layer, ctx.elementwise(op), ctx.elementwise(op))

@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass
 
 from ipu.cost import vectors as VC
+from ipu.cost.assumptions import DEFAULT
 from ipu.cost.bsp import Cycles
 from ipu.cost.evidence.poplibs_benchmarks import Benchmark, benchmarks
 from ipu.cost.layers import DeviceContext, layer_cost
@@ -109,7 +110,7 @@ def _conv(b: Benchmark) -> Cycles:
     shape = conv_shape(b)
     ctx = _context(b, half=True)
     cost = layer_cost(_layer("conv", shape, _weights(shape)), ctx)
-    update = VC.elementwise(VC.VectorOp("scaled_add", _weights(shape), True), ctx.tiles, ctx.workers)
+    update = ctx.elementwise(VC.VectorOp("scaled_add", _weights(shape), True))
     return cost.fwd + cost.bwd + update
 
 
@@ -121,8 +122,7 @@ def _matmul(b: Benchmark) -> Cycles:
     ctx = _context(b, half)
     weights = _weights(shape)
     cost = layer_cost(_layer("dense", shape, weights + shape.out_channels), ctx)  # with a bias
-    update = VC.run([VC.VectorOp("scaled_add", weights, half), VC.VectorOp("scaled_add", shape.out_channels, half)],
-                    ctx.tiles, ctx.workers)
+    update = ctx.run([VC.VectorOp("scaled_add", weights, half), VC.VectorOp("scaled_add", shape.out_channels, half)])
     return cost.fwd + cost.bwd + update
 
 
@@ -135,7 +135,7 @@ def _reduction(b: Benchmark) -> Cycles:
     elems = math.prod(shape)
     outputs = math.prod(s for i, s in enumerate(shape) if i not in dims)
     return VC.reduction(elems, outputs, outputs_per_tile(shape, dims, elems, tiles, half), tiles,
-                        spec.threads_per_tile, half)
+                        spec.threads_per_tile, half, DEFAULT)
 
 
 def outputs_per_tile(shape: tuple[int, ...], dims: tuple[int, ...], elems: int, tiles: int, half: bool) -> int:

@@ -10,10 +10,11 @@ micro-batches (hidden behind compute when IO tiles overlap it), the gradient all
 ring over the IPU-Links of each IPU-Link domain and the GW-Links between domains, the
 optimizer per weight tensor, and the host round trip per device-iteration call.
 
-Constants are named where they are used; ``docs/ipu.md`` lists each with its source (a
-poplibs file and function, a datasheet, a paper) or marks it as an assumption. One is
-calibrated, on Mk2 only (the outer all-reduce ring, ``collectives.OUTER_RING_BYTES_PER_S``); none
-is fitted to a published throughput.
+Constants with a source (a poplibs file and function, a datasheet, a paper) are named where they are
+used; the assumed ones, the planners' estimates and the one calibration are fields of
+``ipu.cost.assumptions.Assumptions``, which ``predict`` takes (``DEFAULT`` unless a what-if replaces
+some). ``docs/ipu.md`` lists each with its source. One is calibrated, on Mk2 only (the outer all-reduce
+ring, ``collectives.outer_ring_bytes_per_s``); none is fitted to a published throughput.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ipu.cost import collectives, host_io, updates
+from ipu.cost import collectives, host_io
+from ipu.cost.assumptions import DEFAULT, Assumptions
 from ipu.cost.bsp import CATEGORIES, Cycles
 from ipu.cost.layers import DeviceContext, LayerCost, layer_cost, plan_workload
 from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
@@ -33,7 +35,6 @@ from ipu.precision import get_precision
 from ipu.specs import get_chip
 from models.profile import LayerProfile
 
-INTER_STAGE_LINKS = 2  # assumed: IPU-Links carrying activations between adjacent pipeline stages
 BREAKDOWN = (*CATEGORIES, "pipeline_bubble", "host_io", "all_reduce", "weight_update", "host_call")
 
 
@@ -123,23 +124,24 @@ class Prediction:
         return self.flops_per_image * self.images_per_s / peak
 
 
-def device_context(plan: IpuPlan) -> DeviceContext:
-    """The IPU every stage of ``plan`` runs on."""
+def device_context(plan: IpuPlan, assumptions: Assumptions = DEFAULT) -> DeviceContext:
+    """The IPU every stage of ``plan`` runs on, as ``assumptions`` see it."""
     half = get_precision(plan.precision).half_compute
-    return DeviceContext(get_chip(plan.chip), get_chip(plan.chip).tiles - plan.num_io_tiles,
-                         plan.available_memory_proportion, half, half and plan.half_partials,
-                         plan_workload(plan), plan.norm_span)
+    spec = assumptions.chip_spec(get_chip(plan.chip))
+    return DeviceContext(spec, spec.tiles - plan.num_io_tiles, plan.available_memory_proportion, half,
+                         half and plan.half_partials, plan_workload(plan), plan.norm_span, assumptions)
 
 
-def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
-    """The predicted cost of ``plan``; ``profile`` is the model's profile at ``plan.micro_batch``."""
+def predict(plan: IpuPlan, profile: Sequence[LayerProfile], assumptions: Assumptions = DEFAULT) -> Prediction:
+    """The predicted cost of ``plan``; ``profile`` is the model's profile at ``plan.micro_batch``;
+    ``assumptions``: the model's assumed numbers (a what-if: ``replace(DEFAULT, sync_cycles=45)``)."""
     pod = plan.pod
     split = split_stages(profile, plan.num_stages, plan.pipeline_splits)
-    stages = stage_costs(plan, profile, split)
+    stages = stage_costs(plan, profile, split, assumptions)
     schedule = replica_schedule(plan.schedule, split.num_stages, plan.gradient_accumulation, plan.recompute,
                                 plan.device_mapping)
     seconds = [s.seconds() for s in stages]
-    sync_s = collectives.global_sync_s(plan.ipus_per_replica) if split.num_stages > 1 else 0.0
+    sync_s = collectives.global_sync_s(plan.ipus_per_replica, assumptions) if split.num_stages > 1 else 0.0
     pipeline_s = sum(slot_durations(schedule, seconds, sync_s=sync_s))
     per_mb = [sum(c.values()) for c in seconds]
     per_ipu = _per_ipu(schedule, per_mb)  # stages sharing an IPU (device_mapping) add up on it
@@ -152,10 +154,11 @@ def predict(plan: IpuPlan, profile: Sequence[LayerProfile]) -> Prediction:
             breakdown[category] += n * cycles / clock
         breakdown["exchange"] += n * 2 * busiest.send_s  # activations out, gradients back
     breakdown["pipeline_bubble"] = max(0.0, pipeline_s - n * per_ipu[worst])
-    breakdown["all_reduce"] = _all_reduce_s(plan, profile, split)
+    breakdown["all_reduce"] = _all_reduce_s(plan, profile, split, assumptions)
     breakdown["weight_update"] = max(_per_ipu(schedule, [s.optimizer_s for s in stages]))
-    breakdown["host_call"] = updates.HOST_CALL_S / plan.device_iterations
-    nic, copy, overlapped = host_io.nic_s(plan, pod), host_io.copy_s(plan, pod), host_io.overlaps(plan)
+    breakdown["host_call"] = assumptions.host_call_s / plan.device_iterations
+    nic, copy = host_io.nic_s(plan, pod, assumptions), host_io.copy_s(plan, pod, assumptions)
+    overlapped = host_io.overlaps(plan)
     breakdown["host_io"] = host_io.exposed_s(sum(breakdown.values()), nic, copy, overlapped)
     flops = sum(layer.flops_fwd + layer.flops_bwd for layer in profile) / plan.micro_batch
     recomputed = [layer for s in stages for layer in s.layers[:s.recomputed]]
@@ -188,13 +191,14 @@ def recomputed_layers(plan: IpuPlan, layers: Sequence[LayerProfile], stage: int,
     return first
 
 
-def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> list[StageCost]:
+def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit,
+                assumptions: Assumptions = DEFAULT) -> list[StageCost]:
     """Every stage's layer costs (one micro-batch) and per-update work."""
-    ctx = device_context(plan)
+    ctx = device_context(plan, assumptions)
     mode = get_precision(plan.precision)
     act_bytes = mode.activation_bytes
     spec = ctx.spec
-    link_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * INTER_STAGE_LINKS * collectives.LINK_EFFICIENCY
+    link_bw = spec.ipu_link_bytes_per_s / spec.ipu_links * assumptions.inter_stage_links * assumptions.link_efficiency
     out = []
     for s in range(split.num_stages):
         layers = split.layers(profile, s)
@@ -207,7 +211,8 @@ def stage_costs(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSpli
     return out
 
 
-def _all_reduce_s(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit) -> float:
+def _all_reduce_s(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSplit,
+                  assumptions: Assumptions) -> float:
     """The gradient all-reduce of every IPU of a replica (the stages ``device_mapping`` puts on it)."""
     pod = plan.pod
     grad_bytes = get_precision(plan.precision).accumulator_bytes
@@ -216,4 +221,5 @@ def _all_reduce_s(plan: IpuPlan, profile: Sequence[LayerProfile], split: StageSp
     for s in range(split.num_stages):
         ipu_bytes[mapping[s]] += sum(layer.params for layer in split.layers(profile, s)) * grad_bytes
     domains = min(pod.num_ilds, max(1, plan.total_ipus // pod.ipus_per_ild))
-    return collectives.all_reduce_s(ipu_bytes, plan.replicas, domains, pod.chip, plan.total_ipus)
+    return collectives.all_reduce_s(ipu_bytes, plan.replicas, domains, assumptions.chip_spec(pod.chip),
+                                    plan.total_ipus, assumptions)

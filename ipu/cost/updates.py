@@ -15,22 +15,18 @@ gradient accumulation build them: one op per variable), so each pays its compute
   (one cast pass each; assumed, since the hardware rounds in the conversion instruction).
   16.32 keeps float32 masters and casts the new weights to float16 for the next step.
 
-The host round trip per device-iteration call (``HOST_CALL_S``) is an assumption: no public
-figure gives it; 50 us stands for one engine run call over PCIe/RoCE and the sync with it.
+The host round trip per device-iteration call (``Assumptions.host_call_s``) is an assumption: no
+public figure gives it; 50 us stands for one engine run call over PCIe/RoCE and the sync with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipu.cost import vectors as VC
 from ipu.cost.bsp import Cycles
 from ipu.cost.layers import DeviceContext
 from ipu.cost.vectors import VectorOp
 from models.profile import LayerProfile
-
-HOST_CALL_S = 50e-6  # assumed, see the module docstring
-TRUST_RATIO_SCALAR_SETS = 3  # sqrt of two sums, the ratio and its guard (zero norms): assumed 3 sets
 
 
 @dataclass(frozen=True)
@@ -71,8 +67,7 @@ def weight_tensors(layers: list[LayerProfile]) -> list[WeightTensor]:
 
 def accumulate(tensors: list[WeightTensor], ctx: DeviceContext, accumulator_half: bool) -> Cycles:
     """Adding one micro-batch's weight gradients into the accumulators."""
-    return sum((VC.elementwise(VectorOp("binary", t.elems, accumulator_half), ctx.tiles, ctx.workers)
-                for t in tensors), Cycles())
+    return sum((ctx.elementwise(VectorOp("binary", t.elems, accumulator_half)) for t in tensors), Cycles())
 
 
 def optimizer_step(tensors: list[WeightTensor], ctx: DeviceContext, optimizer: str,
@@ -82,12 +77,12 @@ def optimizer_step(tensors: list[WeightTensor], ctx: DeviceContext, optimizer: s
     store_half = precision == "16.16"
     for t in tensors:
         def passes(count: int, op: str = "binary") -> Cycles:
-            return VC.run([VectorOp(op, t.elems, store_half)] * count, ctx.tiles, ctx.workers)
+            return ctx.run([VectorOp(op, t.elems, store_half)] * count)
 
         parts["update"] += passes(2)  # scale the gradient sum, reset the accumulator
         if optimizer == "lars" and not t.skip_lars:
-            norm = VC.reduction(t.elems, 1, 1, ctx.tiles, ctx.workers, store_half)
-            parts["lars_norms"] += norm + norm + VC.scalar_ops(TRUST_RATIO_SCALAR_SETS, ctx.workers)
+            norm = ctx.reduction(t.elems, 1, 1, store_half)
+            parts["lars_norms"] += norm + norm + ctx.scalar_ops(ctx.assumptions.trust_ratio_scalar_sets)
             parts["update"] += passes(2, "scaled_add") + passes(1)
         elif optimizer in ("lars", "momentum", "sgd"):
             parts["update"] += passes(1, "scaled_add") + passes(1)

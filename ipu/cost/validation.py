@@ -25,7 +25,8 @@ from ipu.cost.evidence import mlperf_v11
 from ipu.cost.evidence import tessellate_ipu as tess
 from ipu.cost import vectors
 from ipu.cost import vertices
-from ipu.cost.bsp import compute_set
+from ipu.cost.assumptions import DEFAULT, Assumptions
+from ipu.cost.bsp import compute_set, superstep_fixed_cycles
 from ipu.cost.prediction import predict
 from ipu.plan import get_preset, load_profile
 from ipu.specs import MEMORY_BYTES_PER_CYCLE, get_chip
@@ -97,11 +98,14 @@ class ComponentCheck:
         return None if self.model is None or not self.public_low else self.model / self.public_low
 
 
-def components() -> list[ComponentCheck]:
+def components(assumptions: Assumptions = DEFAULT) -> list[ComponentCheck]:
+    """Every component check, the model's side under ``assumptions``."""
     mk1, mk2, bow = get_chip("mk1"), get_chip("mk2"), get_chip("bow")
-    outer = _outer_ring_model_s()
+    outer = _outer_ring_model_s(assumptions)
     fixed = hw.compute_set_fixed_cycles()
-    triad = _triad_model_bytes_per_s()
+    triad = _triad_model_bytes_per_s(assumptions)
+    one_vertex = compute_set(assumptions, vector=vectors.SUPERVISOR_OVERHEAD).total
+    sync, exchange = assumptions.sync_cycles, assumptions.exchange_fixed_cycles
     intercept, per_iteration = hw.zero_work_intercept()
     return [
         ComponentCheck("exchange, all tiles receiving (Mk2)", "TB/s",
@@ -133,13 +137,14 @@ def components() -> list[ComponentCheck]:
                        f"{1 / jia.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MAX.value:.2f} at the worst); "
                        + jia.IPU_LINK_LATENCY_LOADED_OVER_IDLE_MIN.cite()),
         ComponentCheck("fixed cost of a compute set that exchanges nothing: sync, vertex launch and return "
-                       "(IPU hardware, one tile)", "cycles", compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total,
+                       "(IPU hardware, one tile)", "cycles", one_vertex,
                        fixed.high, "zero-iteration intercept of five profiled executions of one supervisor vertex, "
                        f"{intercept:.0f} cycles ({per_iteration:,.0f} per iteration), less up to the "
                        f"{hw.block_instrumentation_cycles()} cycles a nested profiler Block adds (about "
                        f"{hw.compute_set_fixed_cycles_equal_ops():.0f} with the Block's in-interval "
                        f"{hw.in_block_instrumentation_cycles():.0f} cycles; the vertex is C++); the model: "
-                       "sync 90 (poplibs' CTC planner) + supervisor overhead 11; " + hw.LIGHTWEIGHT_PROFILING,
+                       f"sync {sync} (poplibs' CTC planner) + supervisor overhead {vectors.SUPERVISOR_OVERHEAD}; "
+                       + hw.LIGHTWEIGHT_PROFILING,
                        public_low=fixed.low),
         ComponentCheck("fp32 streaming vector op, 12 B per element (Mk1)", "GB/s", triad / 1e9,
                        hw.STREAM_TRIAD_ASSEMBLY_BYTES_PER_S / 1e9,
@@ -147,10 +152,12 @@ def components() -> list[ComponentCheck]:
                        "Triad in Graphcore's assembly (with optimised C++ and Poplar primitives: "
                        f"{hw.STREAM_TRIAD_PRIMITIVES_BYTES_PER_S / 1e9:,.0f} GB/s, ratio "
                        f"{triad / hw.STREAM_TRIAD_PRIMITIVES_BYTES_PER_S:.2f}); " + hw.LOUW_2021),
-        ComponentCheck("on-chip sync and exchange latency per compute set (Mk1)", "cycles", 190.0, None,
+        ComponentCheck("on-chip sync and exchange latency per compute set (Mk1)", "cycles",
+                       superstep_fixed_cycles(assumptions), None,
                        "not found: no readable source gives Jia et al.'s absolute on-chip sync or tile-to-tile "
                        "latency (the secondary sources give only the full-load / no-load ratio above; their "
-                       "Table 4.2 is an image); the model's 90 + 100 cycles are poplibs' CTC-loss planner's"),
+                       f"Table 4.2 is an image); the model's {sync} + {exchange} cycles are poplibs' CTC-loss "
+                       "planner's"),
         ComponentCheck("IPU-Link all-reduce and collective curves (Mk1)", "s", None, None,
                        "not found: no readable source gives Jia et al.'s measured IPU-Link bandwidth or their "
                        "all-reduce and collective curves; the model uses poplibs_test's link efficiency 0.85"),
@@ -160,14 +167,14 @@ def components() -> list[ComponentCheck]:
                        mlperf_v11.outer_ring_delta_s() * 1e3, mlperf_v11.SOURCE + " (calibration)", calibration=True),
         ComponentCheck("single-IPU ResNet-50 training throughput, synthetic data", "images/s", None, None,
                        "not found: no published single-IPU synthetic-data ResNet-50 training figure was reachable"),
-        _amp_1x1_check(),
+        _amp_1x1_check(assumptions),
         ComponentCheck("two successive one-vertex compute sets on one tile, no exchange (IPU hardware)", "cycles",
-                       compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total, tess.CYCLE_COUNT_DELTA_RANGE[1],
+                       one_vertex, tess.CYCLE_COUNT_DELTA_RANGE[1],
                        f"reading the cycle counter twice, {tess.CYCLE_COUNT_OVERHEAD} cycles apart (the range is the "
                        "hardware test's bound); the model's sync is a chip-wide one, which one tile does not wait "
                        "for; " + tess.OVERHEAD_SOURCE, public_low=tess.CYCLE_COUNT_DELTA_RANGE[0]),
         ComponentCheck("one compute set of one supervisor vertex, beyond the vertex's own cycles (single-tile "
-                       "simulator)", "cycles", compute_set(vector=vectors.SUPERVISOR_OVERHEAD).total,
+                       "simulator)", "cycles", one_vertex,
                        POPSYS_MAX_OVERHEAD, "upper bound: a 1,000-cycle vertex timed between two cycle stamps reads "
                        f"1,000 to {1000 + POPSYS_MAX_OVERHEAD} cycles, stamps included; " + POPSYS_SOURCE),
     ]
@@ -179,9 +186,9 @@ POPSYS_MAX_OVERHEAD = 150
 POPSYS_SOURCE = "graphcore/poplibs tests/codelets/Popsys.cpp at the parent of 5e41cbe3 (the Sim target)"
 
 
-def _amp_1x1_check() -> ComponentCheck:
+def _amp_1x1_check(assumptions: Assumptions) -> ComponentCheck:
     """The model's ConvPartial1x1 vertex against tessellate-ipu's hardware cycles, summed over N = 32 ... 2,048."""
-    bow = get_chip("bow")
+    bow = assumptions.chip_spec(get_chip("bow"))
     sizes = [n for n in tess.AMP_1X1_TFLOPS if n >= 32]
     model = {n: float(vertices.amp_1x1_cycles(1, 1, 1, 1, n, bow.threads_per_tile, bow.conv_units(True, True), True,
                                               True, bow.coeff_load_bytes_per_cycle)) for n in tess.AMP_1X1_TFLOPS}
@@ -197,23 +204,23 @@ def _amp_1x1_check() -> ComponentCheck:
 TRIAD_ELEMENTS = 2**23  # per array: three float arrays of 32 MiB, where a compute set's fixed cycles are < 0.1 %
 
 
-def _triad_model_bytes_per_s() -> float:
+def _triad_model_bytes_per_s(assumptions: Assumptions) -> float:
     """The bytes per second of the model's float in-place scaled add (two reads, one write per element) on Mk1."""
     mk1 = get_chip("mk1")
     cycles = vectors.elementwise(vectors.VectorOp("scaled_add", TRIAD_ELEMENTS, half=False), mk1.tiles,
-                                 mk1.threads_per_tile).total
+                                 mk1.threads_per_tile, assumptions).total
     return hw.STREAM_TRIAD_BYTES_PER_ELEMENT * TRIAD_ELEMENTS * mk1.clock_hz / cycles
 
 
-def _outer_ring_model_s() -> float:
+def _outer_ring_model_s(assumptions: Assumptions) -> float:
     """The model's POD256 all-reduce over its POD128 all-reduce for the MLPerf runs (Mk2)."""
-    larger, smaller = (_predict(f"resnet50-mlperf-pod{n}", "mk2") for n in (256, 128))
+    larger, smaller = (_predict(f"resnet50-mlperf-pod{n}", "mk2", assumptions) for n in (256, 128))
     return larger.breakdown["all_reduce"] - smaller.breakdown["all_reduce"]
 
 
-def _predict(preset: str, chip: str):
+def _predict(preset: str, chip: str, assumptions: Assumptions):
     plan = replace(get_preset(preset), chip=chip)
-    return predict(plan, load_profile(plan))
+    return predict(plan, load_profile(plan), assumptions)
 
 
 @dataclass(frozen=True)
@@ -230,16 +237,16 @@ class Comparison:
         return self.predicted / self.figure.value
 
 
-def compare(figure: PublishedFigure) -> Comparison:
-    p = _predict(figure.preset, figure.chip)
+def compare(figure: PublishedFigure, assumptions: Assumptions = DEFAULT) -> Comparison:
+    p = _predict(figure.preset, figure.chip, assumptions)
     hidden = p.step_time_s - p.breakdown["host_io"]
     if figure.quantity == "minutes":
         return Comparison(figure, p.time_to_train_s() / 60, p.time_to_train_s() / 60 * hidden / p.step_time_s)
     return Comparison(figure, p.images_per_s, p.plan.global_batch / hidden)
 
 
-def comparisons(chip: str | None = None) -> list[Comparison]:
-    return [compare(f) for f in PUBLISHED if chip is None or f.chip == chip]
+def comparisons(chip: str | None = None, assumptions: Assumptions = DEFAULT) -> list[Comparison]:
+    return [compare(f, assumptions) for f in PUBLISHED if chip is None or f.chip == chip]
 
 
 def _num(value: float) -> str:

@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from ipu.cost import vertices as V
+from ipu.cost.assumptions import Assumptions
 from ipu.cost.bsp import Cycles, compute_set
 
 MIN_BYTES_PER_TILE = 128  # poputil TileMapping.cpp calcLinearTileMapping: minBytesPerTile
@@ -43,7 +44,6 @@ CYCLES_PER_VECTOR = {
 # On-tile reduce (getReduceCycleEstimate): accumulators of 8 half / 4 float lanes, a 64-bit load
 # per cycle: (8 / 4) + 1 = 3 cycles per 8 half inputs, (4 / 2) + 1 = 3 per 4 float inputs.
 REDUCE_CYCLES_PER_ACC = 3
-SCALAR_WORKER_CYCLES = 30  # assumed: a few scalar operations of one worker (a trust ratio, a norm's 1/std)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def tiles_for(elems: int, tiles: int, half: bool) -> int:
 
 
 @functools.lru_cache(maxsize=65536)
-def elementwise(op: VectorOp, tiles: int, workers: int) -> Cycles:
+def elementwise(op: VectorOp, tiles: int, workers: int, assumptions: Assumptions) -> Cycles:
     """One element-wise compute set: no exchange (operands share the tensor's tile mapping)."""
     if op.elems <= 0:
         return Cycles()
@@ -70,11 +70,12 @@ def elementwise(op: VectorOp, tiles: int, workers: int) -> Cycles:
     per_tile = -(-op.elems // tiles_for(op.elems, tiles, op.half))
     per_worker = -(-per_tile // workers)
     cycles = CYCLES_PER_VECTOR[op.op][0 if op.half else 1] * -(-per_worker // width)
-    return compute_set(vector=SUPERVISOR_OVERHEAD + workers * (WORKER_PROLOGUE + cycles))
+    return compute_set(assumptions, vector=SUPERVISOR_OVERHEAD + workers * (WORKER_PROLOGUE + cycles))
 
 
 @functools.lru_cache(maxsize=65536)
-def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, workers: int, half: bool) -> Cycles:
+def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, workers: int, half: bool,
+              assumptions: Assumptions) -> Cycles:
     """Sum ``elems`` inputs into ``outputs`` results; each tile's share touches ``outputs_per_tile``.
 
     Each tile first reduces its share into float partials (assumed split evenly over the
@@ -87,8 +88,9 @@ def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, worke
     used = tiles_for(elems, tiles, half)
     per_tile = -(-elems // used)
     acc = 8 if half else 4
-    on_tile = compute_set(vector=workers * (V.REDUCE_BASE + REDUCE_CYCLES_PER_ACC * -(-per_tile // (acc * workers))
-                                            + V.REDUCE_OUTER_OVERHEAD[(True, not half)]))
+    on_tile = compute_set(assumptions, vector=workers * (V.REDUCE_BASE
+                                                         + REDUCE_CYCLES_PER_ACC * -(-per_tile // (acc * workers))
+                                                         + V.REDUCE_OUTER_OVERHEAD[(True, not half)]))
     touched = max(1, min(outputs_per_tile, outputs))
     depth = max(1, -(-used * touched // max(outputs, 1)))
     total, remaining = on_tile, depth
@@ -97,20 +99,22 @@ def reduction(elems: int, outputs: int, outputs_per_tile: int, tiles: int, worke
         results = outputs * remaining
         per_reducer = -(-results // min(tiles, results))
         total = total + compute_set(
-            vector=float(V.reduce_cycles(per_reducer, stage, workers, True, True)),
+            assumptions, vector=float(V.reduce_cycles(per_reducer, stage, workers, True, True)),
             exchange_bytes=stage * per_reducer * 4)
     return total
 
 
-def scalar_ops(count: int, workers: int) -> Cycles:
+def scalar_ops(count: int, workers: int, assumptions: Assumptions) -> Cycles:
     """``count`` compute sets of a few scalar operations on one tile (the trust ratio, a norm's
-    inverse standard deviation): a supervisor vertex with one busy worker (``SCALAR_WORKER_CYCLES``)."""
-    return Cycles() if count <= 0 else compute_set(vector=SUPERVISOR_OVERHEAD + workers * SCALAR_WORKER_CYCLES) * count
+    inverse standard deviation): a supervisor vertex with one busy worker (``scalar_worker_cycles``)."""
+    if count <= 0:
+        return Cycles()
+    return compute_set(assumptions, vector=SUPERVISOR_OVERHEAD + workers * assumptions.scalar_worker_cycles) * count
 
 
-def run(ops: list[VectorOp], tiles: int, workers: int) -> Cycles:
+def run(ops: list[VectorOp], tiles: int, workers: int, assumptions: Assumptions) -> Cycles:
     total = Cycles()
     for op in ops:
-        total = total + elementwise(op, tiles, workers)
+        total = total + elementwise(op, tiles, workers, assumptions)
     return total
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from ipu.cost import collectives
+from ipu.cost.assumptions import DEFAULT
 from ipu.cost.evidence import mlperf_v11
-from ipu.cost.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES
 from ipu.cost.prediction import predict, stage_costs
 from ipu.pipeline.split import split_stages
 from ipu.plan import PRESETS, IpuPlan
@@ -14,9 +14,10 @@ from ipu.specs import MK2_GC200
 
 
 def test_global_sync_is_15_ns_per_hop_there_and_back():
-    assert collectives.global_sync_s(1) == 0.0
-    assert collectives.global_sync_s(2) == pytest.approx(2 * 15e-9 * 1)  # one hop within a card
-    assert collectives.global_sync_s(16) == pytest.approx(2 * 15e-9 * 5)  # + one per pair of cards
+    assert collectives.global_sync_s(1, DEFAULT) == 0.0
+    assert collectives.global_sync_s(2, DEFAULT) == pytest.approx(2 * 15e-9 * 1)  # one hop within a card
+    assert collectives.global_sync_s(16, DEFAULT) == pytest.approx(2 * 15e-9 * 5)  # + one per pair of cards
+    assert collectives.global_sync_s(16, replace(DEFAULT, global_sync_s_per_hop=1e-6)) == pytest.approx(2 * 1e-6 * 5)
 
 
 def test_ring_all_reduce_moves_twice_the_data_less_one_share():
@@ -31,12 +32,21 @@ def test_the_outer_ring_is_calibrated_on_the_pod128_to_pod256_difference():
     with pytest.raises(ValueError, match="cannot calibrate"):
         collectives.calibrate_outer_ring(100.0, 1.0, 2, 4, 0.0, 0.25)
 
-    def step(ipus):
-        return 2 * 15e-9 * (1 + ipus // 4) + (SYNC_CYCLES + EXCHANGE_FIXED_CYCLES) / 1.33e9
-    delta = 3.678 / (1_281_167 / 10240) - 6.907 / (1_281_167 / 5120)  # the logs' lower-quartile epochs
-    expected = 25_557_032 * 2 * 0.5 / (delta - 6 * step(256) + 2 * step(128))
-    assert collectives.OUTER_RING_BYTES_PER_S == pytest.approx(expected)
-    assert 13e9 < collectives.OUTER_RING_BYTES_PER_S < 16e9  # "about 15 GB/s"
+    def rate(pod256_epoch_s, pod128_epoch_s, fixed_cycles=90 + 100):
+        def step(ipus):
+            return 2 * 15e-9 * (1 + ipus // 4) + fixed_cycles / 1.33e9
+        delta = pod256_epoch_s / (1_281_167 / 10240) - pod128_epoch_s / (1_281_167 / 5120)
+        return 25_557_032 * 2 * 0.5 / (delta - 6 * step(256) + 2 * step(128))
+
+    assert collectives.outer_ring_bytes_per_s(DEFAULT) == pytest.approx(rate(3.678, 6.907))  # lower quartiles
+    assert 13e9 < collectives.outer_ring_bytes_per_s(DEFAULT) < 16e9  # "about 15 GB/s"
+    median = replace(DEFAULT, outer_ring_statistic="median")
+    assert collectives.outer_ring_bytes_per_s(median) == pytest.approx(rate(3.930, 7.189))
+    minimum = replace(DEFAULT, outer_ring_statistic="minimum")
+    assert collectives.outer_ring_bytes_per_s(minimum) == pytest.approx(rate(3.642, 6.884))
+    slower_sync = replace(DEFAULT, sync_cycles=180)  # calibrated again under the assumptions it is given
+    assert collectives.outer_ring_bytes_per_s(slower_sync) == pytest.approx(rate(3.678, 6.907, 180 + 100))
+    assert collectives.outer_ring_bytes_per_s(replace(DEFAULT, outer_ring_bytes_per_s=1e9)) == 1e9
 
 
 def test_the_calibration_holds_in_the_model(resnet50_profile):
@@ -55,19 +65,25 @@ def test_mlperf_log_epochs_and_their_lower_quartile():
            line("epoch_start", 11103, 4), line("epoch_stop", 14103, 4)]
     assert mlperf_v11.epoch_seconds(log) == [5.0, 3.0, 3.1, 3.0]
     assert mlperf_v11.training_epoch_s([5.0, 3.0, 3.1, 3.0]) == 3.0
+    assert mlperf_v11.training_epoch_s([5.0, 3.0, 3.2, 3.0], "median") == pytest.approx(3.1)
+    assert mlperf_v11.training_epoch_s([5.0, 3.0, 3.1, 2.9], "minimum") == 2.9
     with pytest.raises(ValueError, match="no epochs"):
         mlperf_v11.training_epoch_s([])
+    with pytest.raises(ValueError, match="unknown statistic 'mean': choose one of lower_quartile, median, minimum"):
+        mlperf_v11.training_epoch_s([3.0], "mean")
+    assert mlperf_v11.outer_ring_delta_s("minimum") == pytest.approx(3.642 * 10240 / 1_281_167
+                                                                       - 6.884 * 5120 / 1_281_167)
     run = mlperf_v11.RUNS["POD16"]
     assert run.micro_batch == 20 and run.step_s == pytest.approx(43.216 * 3200 / 1_281_167)
 
 
 def test_cross_replica_norm_statistics_are_a_ring_of_span_ipus():
-    assert collectives.norm_statistics(64, 1, MK2_GC200).compute_sets == 0
-    c = collectives.norm_statistics(64, 2, MK2_GC200)
+    assert collectives.norm_statistics(64, 1, MK2_GC200, DEFAULT).compute_sets == 0
+    c = collectives.norm_statistics(64, 2, MK2_GC200, DEFAULT)
     link = 320e9 / 10 * 2 * 0.85
     transfer = collectives.ring_all_reduce_s(2 * 64 * 4, 2, link, 2 * 15e-9)
-    assert c.compute_sets == 2 and c.sync == 2 * SYNC_CYCLES
-    assert c.exchange == pytest.approx(transfer * 1.33e9 + 2 * EXCHANGE_FIXED_CYCLES)
+    assert c.compute_sets == 2 and c.sync == 2 * 90
+    assert c.exchange == pytest.approx(transfer * 1.33e9 + 2 * 100)
 
 
 def test_bn_span_adds_the_collectives_to_every_batch_norm(resnet50_profile):
@@ -77,7 +93,7 @@ def test_bn_span_adds_the_collectives_to_every_batch_norm(resnet50_profile):
     norms = [i for i, layer in enumerate(resnet50_profile) if layer.kind == "norm"]
     for i in norms:
         layer = resnet50_profile[i]
-        extra = collectives.norm_statistics(layer.in_shape[-1], 2, MK2_GC200)
+        extra = collectives.norm_statistics(layer.in_shape[-1], 2, MK2_GC200, DEFAULT)
         assert shared.layers[i].fwd.compute_sets == alone.layers[i].fwd.compute_sets + extra.compute_sets
         assert shared.layers[i].bwd.exchange == pytest.approx(alone.layers[i].bwd.exchange + extra.exchange)
 

@@ -3,7 +3,8 @@
 import pytest
 
 from ipu.cost import vectors as VC
-from ipu.cost.bsp import EXCHANGE_FIXED_CYCLES, SYNC_CYCLES, Cycles, compute_set
+from ipu.cost.assumptions import DEFAULT
+from ipu.cost.bsp import Cycles, compute_set
 from ipu.cost.layers import DeviceContext, layer_cost, workload_for
 from ipu.cost.updates import accumulate, optimizer_step, weight_tensors
 from ipu.specs import MK2_GC200
@@ -20,16 +21,16 @@ def vector_layer(kind, shape, params=0):
 
 
 def test_a_compute_set_pays_sync_and_exchange():
-    c = compute_set(vector=1000, exchange_bytes=400)
-    assert (c.vector, c.exchange, c.sync, c.compute_sets) == (1000, 100 + EXCHANGE_FIXED_CYCLES, SYNC_CYCLES, 1)
-    assert compute_set(matrix=5).exchange == 0
+    c = compute_set(DEFAULT, vector=1000, exchange_bytes=400)
+    assert (c.vector, c.exchange, c.sync, c.compute_sets) == (1000, 100 + 100, 90, 1)  # CTCLossPlan.cpp's 90, 100
+    assert compute_set(DEFAULT, matrix=5).exchange == 0
 
 
 def test_elementwise_op_by_hand():
     # 1,440,000 half elements over 1440 tiles: 1000 per tile, 167 per worker = 42 vectors of 4;
     # an add costs 3 cycles per vector: 11 + 6 x (21 + 3 x 42) = 893 cycles, one compute set
-    c = VC.elementwise(VC.VectorOp("binary", 1_440_000, True), 1440, 6)
-    assert c.vector == 11 + 6 * (21 + 3 * 42) and c.sync == SYNC_CYCLES and c.exchange == 0
+    c = VC.elementwise(VC.VectorOp("binary", 1_440_000, True), 1440, 6, DEFAULT)
+    assert c.vector == 11 + 6 * (21 + 3 * 42) and c.sync == 90 and c.exchange == 0
 
 
 def test_small_tensors_keep_128_bytes_per_tile():
@@ -38,8 +39,8 @@ def test_small_tensors_keep_128_bytes_per_tile():
 
 
 def test_reductions_to_few_outputs_take_stages():
-    few = VC.reduction(3 * 95 * 95 * 96, 12, 4, 1440, 6, True)  # group-norm statistics
-    one = VC.reduction(3 * 95 * 95 * 96, 1, 1, 1440, 6, True)  # a tensor's norm
+    few = VC.reduction(3 * 95 * 95 * 96, 12, 4, 1440, 6, True, DEFAULT)  # group-norm statistics
+    one = VC.reduction(3 * 95 * 95 * 96, 1, 1, 1440, 6, True, DEFAULT)  # a tensor's norm
     assert few.compute_sets >= 2 and one.compute_sets == 4  # on tile, then 3 stages over 1440 partials
     assert few.exchange > 0
 
@@ -48,13 +49,13 @@ def test_norm_layer_forward_is_its_statistics_and_passes():
     shape = (3, 48, 48, 96)
     e = 3 * 48 * 48 * 96
     stable = layer_cost(vector_layer("norm", shape, 2 * 96), CTX)
-    stats = VC.reduction(e, 12, 4, 1440, 6, True)
-    passes = VC.elementwise(VC.VectorOp("binary", e, True), 1440, 6)
+    stats = VC.reduction(e, 12, 4, 1440, 6, True, DEFAULT)
+    passes = VC.elementwise(VC.VectorOp("binary", e, True), 1440, 6, DEFAULT)
     assert stable.fwd.compute_sets == 2 * stats.compute_sets + 1 + 5 * passes.compute_sets
     assert stable.bwd.total > stable.fwd.total  # two reduceMany and eight passes
     batch = DeviceContext(MK2_GC200, 1440, 0.6, True, True, workload_for("resnet50"))  # one reduceMany
     single = layer_cost(vector_layer("norm", shape, 2 * 96), batch)
-    many = VC.reduction(2 * e, 2 * 96, 2 * 96, 1440, 6, True)
+    many = VC.reduction(2 * e, 2 * 96, 2 * 96, 1440, 6, True, DEFAULT)
     assert single.fwd.compute_sets == many.compute_sets + 1 + 4 * passes.compute_sets
 
 

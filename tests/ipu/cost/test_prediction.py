@@ -3,8 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from ipu.cost import collectives, host_io, updates
-from ipu.cost.bsp import SYNC_CYCLES
+from ipu.cost import host_io
 from ipu.cost.layers import layer_cost
 from ipu.cost.prediction import BREAKDOWN, device_context, predict
 from ipu.plan import PRESETS, PUBLISHED_HOURS_TO_TRAIN
@@ -17,7 +16,7 @@ def test_a_layer_without_geometry_runs_at_the_matrix_units_peak():
     c = layer_cost(toy_layer("c", "b", flops=10**9, saved=0), ctx)
     assert c.fwd.matrix == pytest.approx(1e9 / (2 * 64 * 1440))  # 16 conv units x 4 half MACs, 1440 tiles
     assert c.bwd.matrix == pytest.approx(2 * c.fwd.matrix)
-    assert c.fwd.sync == SYNC_CYCLES and c.fwd.compute_sets == 1
+    assert c.fwd.sync == 90 and c.fwd.compute_sets == 1
 
 
 def test_step_time_is_the_sum_of_the_breakdown(b4_g16):
@@ -36,9 +35,9 @@ def test_breakdown_is_the_busiest_stage_times_the_micro_batches(b4_g16):
     per_mb = worst.per_micro_batch
     clock = plan.pod.chip.clock_hz
     assert p.breakdown["matrix"] == pytest.approx(plan.gradient_accumulation * per_mb.matrix / clock)
-    assert p.breakdown["sync"] == pytest.approx(plan.gradient_accumulation * per_mb.compute_sets * SYNC_CYCLES / clock)
+    assert p.breakdown["sync"] == pytest.approx(plan.gradient_accumulation * per_mb.compute_sets * 90 / clock)
     assert p.breakdown["weight_update"] == pytest.approx(max(s.optimizer_s for s in p.stages))
-    assert p.breakdown["host_call"] == pytest.approx(updates.HOST_CALL_S / plan.device_iterations)
+    assert p.breakdown["host_call"] == pytest.approx(50e-6 / plan.device_iterations)
 
 
 def test_throughput_scales_with_the_pod(b4_g16):
@@ -96,7 +95,7 @@ def test_io_tiles_only_overlap_with_grouped_schedule(b4_g16, caplog):
 def test_all_reduce_is_a_ring_over_ipu_links(toy_profile):
     plan = replace(PRESETS["g16-b4-pod16"], pipeline_splits=("block2a",), precision="16.32")
     p = predict(plan, toy_profile)
-    ring_bw = 320e9 / 10 * collectives.ALLREDUCE_RING_LINKS * 0.85  # poplibs_test Util.cpp linkEfficiency
+    ring_bw = 320e9 / 10 * 2 * 0.85  # 2 links (assumed) at poplibs_test Util.cpp's linkEfficiency
     stage_bytes = (4 + 5) * 4  # stage 1 params (block2a + head) in float32 accumulators
     step = 2 * 15e-9 * (1 + 8 // 4) + 190 / 1.33e9  # global sync over 8 IPUs, one compute set
     expected = 2 * 7 / 8 * stage_bytes / ring_bw + 2 * 7 * step
