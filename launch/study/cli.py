@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 study = only_seeds(study, args.seeds)
             if args.report or args.power:
                 if dist.instance_index == 0:
-                    print("\n".join(power_lines(study, read_rows(out), out)) if args.power
+                    print("\n".join(power_lines(study, study_report.summarise(study, read_rows(out)), out)) if args.power
                           else study_report.write_report(study, out, read_rows(out)))
                 continue
             run_study(study, out, popdist.get_comm(), dist, args.retry_failed, _command_line(argv), args.reuse_stale)
@@ -331,7 +331,7 @@ def run_study(study: Study, out: Path, comm, dist, retry_failed: bool = False, c
     logger.info("Study %s: %d points (%d rows already on record) in %s; data %s.", study.name, state.total, state.recorded(),
                 out, state.data_path)
     if lead:
-        for line in power_lines(study, list(state.rows.values()), out):
+        for line in power_lines(study, study_report.summarise(study, list(state.rows.values())), out):
             logger.info("%s", line)
     state.run()
     if study.trajectory is not None:

@@ -395,4 +395,4 @@ def point_overrides(study: Study, point: Point, data_path: str, run_dir: str) ->
 __all__ = ["Arm", "Group", "LrRule", "Point", "Study", "TrajectorySpec", "Variant", "choose_lr", "count_points",
            "groups", "load_study", "make_point", "point_overrides", "points_in_group", "pod_split", "scaled_lr",
            "scaling_source",
-           "split_batch", "sweep_candidates", "with_replicas"]
+           "split_batch", "sweep_candidates", "widened_candidate", "with_replicas"]

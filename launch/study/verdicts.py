@@ -227,12 +227,9 @@ def planning_spread(study: Study, summaries, variant, claim: Claim, rows_from: s
     return study.spread, (f"declared: {study.spread_from}" if study.spread_from else "declared in studies.yml")
 
 
-def power_lines(study: Study, rows: list[dict], out: Path | str = "") -> list[str]:
-    """Each claim's power for the planned seeds of its two arms: the stated effect, the spread, and where each
-    comes from."""
-    from launch.study.report import summarise
-
-    summaries = summarise(study, rows)
+def power_lines(study: Study, summaries: list, out: Path | str = "") -> list[str]:
+    """Each claim's power for the planned seeds of its two arms (``summaries``: ``report.summarise`` of the rows on
+    record): the stated effect, the spread, and where each comes from."""
     variant = study.variants[0]
     lines = [f"Power of {study.name}'s claims for the planned seeds (P(holds) + P(refuted) = the chance the study "
              "decides the claim; Welch intervals; the primary at 95 %, a secondary at the Bonferroni level of its "
