@@ -34,8 +34,11 @@ import argparse
 import logging
 import signal
 import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
+
+import numpy as np
 
 import poprun_py as popdist
 from data.layout import DatasetError
@@ -83,13 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, dist.instance_index, dist.num_instances)
     t = None
     try:
-        cfg = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides))
+        try:
+            cfg, failure = distribute(load_config(args.config, args.overrides), dist, override_keys(args.overrides)), None
+        except ValueError as err:
+            cfg, failure = None, err
+        comm = popdist.get_comm()
+        if _config_failed(comm, failure):
+            return 2
         if args.print_config or args.list_keys:
             return _print_config(cfg, args.list_keys, dist.instance_index == 0)
         compiles = watch_compiles(cfg.model.name, lead=dist.instance_index == 0)  # a machine's first run says so
         model_file = open_model_file(cfg)  # model.onnx, read once, against the dataset: before the run directory
         STOP.install((signal.SIGINT,))
-        comm = popdist.get_comm()
         how = args.resume or ("auto" if dist.restart_count > 0 else "none")
         try:
             decision = rundir.prepare(cfg.to_dict(), comm, lead=dist.instance_index == 0, how=how,
@@ -114,6 +122,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         logger.warning("%s", _interrupted_line(t))
         return EXIT_INTERRUPTED
+
+
+def _config_failed(comm, failure: ValueError | None) -> bool:
+    """Whether any instance failed to read the configuration (every instance takes part). Every instance reads the
+    same files and flags, so when all failed with the very same message instance 0 alone says it (``mpiexec -n 16
+    poprun-train --set bad=1`` prints one line, not 16); otherwise each failed instance says its own, and the others
+    stop without a word rather than wait in a collective that the failed ones never reach."""
+    text = "" if failure is None else f"{type(failure).__name__}: {failure}"
+    mine = np.array([zlib.crc32(text.encode()) if failure is not None else -1], dtype=np.int64)
+    everyone = comm.allgather(mine)
+    if failure is not None:
+        logger.error("%s", text, extra=SAID_ONCE if bool(np.all(everyone == mine[0])) else None)
+    return bool(np.any(everyone != -1))
 
 
 def _interrupted_line(t: Training | None) -> str:

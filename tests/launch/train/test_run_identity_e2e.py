@@ -159,3 +159,17 @@ def test_two_jobs_started_together_into_one_folder_one_runs_the_other_is_refused
     lines = [json.loads(x) for x in (tmp_path / "same" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if r["event"] == "step"] == list(range(40))
     assert [r["event"] for r in lines].count("summary") == 1
+
+
+def test_a_config_error_every_instance_gives_alike_is_said_once_in_mpi_mode(tmp_path):
+    """``mpiexec -n 4 poprun_py poprun-train --set <typo>``: every rank reads the same flags, so the error is one
+    line from instance 0, not one per rank, and every rank stops (none waits in a collective)."""
+    from poprun_py.mpi_command import find_mpiexec
+
+    cmd = [find_mpiexec(None), "-n", "4", sys.executable, "-m", "poprun_py", "--num-replicas", "4",
+           sys.executable, "-m", "launch.train", "--config", "dense", "--set", "optim.momentun=0.9"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert out.count("optim.momentun: unknown key; did you mean optim.momentum?") == 1, out
+    assert "[0/4] ERROR" in out
