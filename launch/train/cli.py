@@ -31,6 +31,7 @@ from launch.train.preemption import StopRequest  # noqa: E402
 STOP = StopRequest().install()
 
 import argparse
+import errno
 import logging
 import signal
 import sys
@@ -119,6 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("%s: %s", type(err).__name__, err)  # the message says what to fix
         logger.debug("Traceback:", exc_info=True)
         return 2 if isinstance(err, (ValueError, DatasetError)) else 1
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = t.cfg.run.run_dir if t is not None else "the run directory"
+        logger.error("OSError: %s: free space on the file system of %s, then continue with --resume auto (the "
+                     "newest complete checkpoint is kept; no file is half-written)", err, where)
+        return 1
     except KeyboardInterrupt:
         logger.warning("%s", _interrupted_line(t))
         return EXIT_INTERRUPTED

@@ -125,7 +125,10 @@ def test_a_full_disk_stops_the_job_naming_the_host_and_keeps_the_checkpoints(sma
         assert code == 1, job.stderr[-3000:]
         report = job.stderr[job.stderr.index("poprun_py: instance 0 of 2 failed"):]
         assert report.startswith("poprun_py: instance 0 of 2 failed (host h0, pid ")
-        assert "No space left on device" in report
+        assert "its error: in the output above" in report  # said once, where the instance said it
+        said = job.stderr[:job.stderr.index("poprun_py: instance 0 of 2 failed")]
+        assert said.count("No space left on device") == 1 and "[0] [0/2] ERROR launch.train: OSError" in said
+        assert "free space on the file system of" in said and "Traceback" not in said
         assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["ckpt-00000002.h5"]
         assert chaos.ckpt.load_checkpoint(run_dir / "checkpoints" / "ckpt-00000002.h5")[1]["step"] == 2
         assert_nothing_left(cluster, run_dir)
