@@ -98,6 +98,18 @@ RESHAPES = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
 
 
+# What makes an ONNX op that nothing here reads work (an export option), for the error that names it
+EXPORT_FIXES = {
+    "Erf": "torch writes exact GELU as Div, Erf, Add, Mul below opset 20: export with opset_version=20 or later "
+           "to write it as one Gelu node",
+}
+# What makes an imported graph train when an attribute stops it (network.py's blockers)
+CEIL_MODE_FIX = "build the pooling with ceil_mode=False (the output is one row/column smaller where ceil adds one)"
+EVAL_EXPORT_FIX = ("this looks like an eval-mode export (batch norm folded into the convolutions, equal folded "
+                   "weights stored once): re-export in training mode, torch.onnx.export(model.train(), ..., "
+                   "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)")
+
+
 def ops_of(family: str) -> frozenset[str]:
     """The ops (ONNX types and pattern names) of one profile family."""
     return frozenset(r.op for r in RULES if r.family == family)
