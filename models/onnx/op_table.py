@@ -69,7 +69,7 @@ RULES: tuple[OpRule, ...] = (
     OpRule("HardSigmoid", "activation", "Unary", cost_as="swish"),
     OpRule("HardSwish", "activation", "Unary", cost_as="swish", pattern="also Mul(x, HardSigmoid(x; 1/6, 1/2))"),
     OpRule("Tanh", "activation", "Unary", cost_as="swish"),
-    OpRule("Gelu", "activation", cost_as="swish"),
+    OpRule("Gelu", "activation", "Unary", "exact (erf) or approximate=\"tanh\"", cost_as="swish"),
     OpRule("Add", "binary", "Binary"),
     OpRule("Sub", "binary", "Binary"),
     OpRule("Mul", "binary", "Binary"),
