@@ -66,6 +66,12 @@ class Training:
     model_file: OnnxFile | None = None  # model.onnx as the run read it (open_model_file): the export starts from it
 
     @property
+    def model_label(self) -> str:
+        """The trained model's name in the log and ``summary.json`` (``config_model``): ``model.name``, or for
+        ``model.onnx`` the file's label (``onnx:<file name>``, ``models.onnx.OnnxFile.label``)."""
+        return self.model_file.label if self.model_file is not None else self.cfg.model.name
+
+    @property
     def instance_index(self) -> int:
         return self.placement.index
 

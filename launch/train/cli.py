@@ -178,7 +178,7 @@ def _log_start(t: Training, decision: rundir.Decision) -> None:
     logger.info("Training %s on %s: %d instance(s) x %d local replica(s) = %d replicas; micro-batch %d x "
                 "accumulation %d -> global batch %d; %d updates (%d per epoch, %d per host call); optimizer %s; "
                 "run dir %s.",
-                cfg.model.name, cfg.data.path, t.placement.num_instances, spec.local_replicas,
+                t.model_label, cfg.data.path, t.placement.num_instances, spec.local_replicas,
                 t.placement.num_total_replicas,
                 cfg.data.micro_batch, cfg.data.grad_accum, cfg.global_batch, t.total_steps,
                 t.loader.steps_per_epoch, cfg.ipu.device_iterations, cfg.optim.name, cfg.run.run_dir)

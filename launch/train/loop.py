@@ -250,7 +250,7 @@ def _finish(t: Training, log: MetricsLog | None, val: tuple[float, float], secon
         logger.warning("Instances %s share a host of %d CPUs but run up to %d threads at once: oversubscribed "
                        "(set OMP_NUM_THREADS / NUMBA_NUM_THREADS, or let poprun_py place the instances).",
                        members, cpus, count)
-    summary = {"event": "summary", "config_model": cfg.model.name, "updates": e.step, "updates_this_run": steps,
+    summary = {"event": "summary", "config_model": t.model_label, "updates": e.step, "updates_this_run": steps,
                "global_batch": cfg.global_batch, "replicas": t.placement.num_total_replicas,
                "instances": t.placement.num_instances,
                "val_loss": val[0], "val_accuracy": val[1], **held_out, "wall_s": seconds, "cpu_images_per_s": cpu,

@@ -4,8 +4,8 @@
 
 1. reads it with ``onnx.load`` (an unreadable or truncated file: one line naming the file);
 2. checks the model's opset against the installed ``onnx`` (newer: one line) and every node's op
-   against ``SUPPORTED_OPS`` (``UnsupportedOpError`` naming op, node, inputs and the supported list,
-   before anything else runs);
+   against ``SUPPORTED_OPS`` (one ``UnsupportedOpError`` for all of them, naming each op, its count, its first
+   nodes and the export that fixes it where one does, and the supported list, before anything else runs);
 3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
    (strict, with data propagation; the model's own opset is honoured);
 4. folds constant subgraphs (``fold.py``) and infers shapes again;
@@ -29,8 +29,8 @@ from onnx import numpy_helper, shape_inference
 
 from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
 from models.onnx.fuse_norm import fuse_group_norm
-from models.onnx.ir import Graph, Node, OnnxImportError, UnsupportedOpError, param_inputs
-from models.onnx.op_table import DROP_PATH_PARTS, ONNX_OPS, RESHAPES, patterns_text
+from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, UnsupportedOpError, blockers_text, param_inputs
+from models.onnx.op_table import DROP_PATH_PARTS, EXPORT_FIXES, ONNX_OPS, RESHAPES, patterns_text
 from models.onnx.patterns import fuse_drop_path
 
 # Ops that become layers (or profile rows): the op table's (``op_table.py``).
@@ -77,23 +77,28 @@ def _opset(model: onnx.ModelProto, where: str) -> int:
     return versions[0]
 
 
-def unsupported(node, where: str, extra: str = "") -> UnsupportedOpError:
-    """The error for a node (an ``onnx.NodeProto`` or a ``Node``) whose op cannot run here."""
+def blocker(node, why: str = "") -> Blocker:
+    """The blocker of a node (an ``onnx.NodeProto`` or a ``Node``) whose op cannot run here, with its export fix."""
     if isinstance(node, Node):
-        op, inputs = node.op, node.inputs
+        op, name, inputs = node.op, node.name, node.inputs
     else:
         op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        inputs = node.input
-    return UnsupportedOpError(
-        f"{where}: unsupported ONNX op {op} at node {node.name or '(unnamed)'!r} (inputs {list(inputs)}){extra}; "
-        f"supported: {', '.join(SUPPORTED_OPS)} (and {patterns_text()})")
+        name, inputs = node.name or "(unnamed)", node.input
+    return Blocker(op, name, why, EXPORT_FIXES.get(op, ""), tuple(inputs))
+
+
+def refuse(blockers: list[Blocker], where: str) -> None:
+    """One ``UnsupportedOpError`` for every node of ``blockers`` (none: nothing)."""
+    if blockers:
+        raise UnsupportedOpError(f"{where}: unsupported ONNX op{'s,' if len(blockers) > 1 else ''} "
+                                 f"{blockers_text(blockers)}; supported: {', '.join(SUPPORTED_OPS)} "
+                                 f"(and {patterns_text()})")
 
 
 def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
-    """``UnsupportedOpError`` for the first node whose op is not in ``SUPPORTED_OPS``."""
-    for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS:
-            raise unsupported(node, where)
+    """One ``UnsupportedOpError`` for every node whose op is not in ``SUPPORTED_OPS``."""
+    refuse([blocker(node) for node in model.graph.node
+            if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS], where)
 
 
 def _dims(value_info) -> list:
@@ -201,10 +206,11 @@ def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
 
 
 def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> list[Node]:
-    out = []
+    out, blockers = [], []
     for node in model.graph.node:
         if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS | DROP_PATH_OPS:
-            raise unsupported(node, where, " (supported only where its value is a constant; here it is not)")
+            blockers.append(blocker(node, "supported only where its value is a constant; here it is not"))
+            continue
         attrs = attribute_values(node)
         moved = INPUTS_AS_ATTRIBUTES.get(node.op_type, {})
         inputs = []
@@ -219,14 +225,16 @@ def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> li
         if node.op_type == "ReduceMean":
             rank = len(shapes.get(node.input[0], []))
             if rank != 4 or sorted(a % rank for a in attrs.get("axes", [])) != [2, 3]:
-                raise unsupported(node, where, f" (supported over H and W of an image batch only; axes "
-                                  f"{attrs.get('axes', 'all')} of a rank-{rank} tensor)")
+                blockers.append(blocker(node, f"supported over H and W of an image batch only; axes "
+                                              f"{attrs.get('axes', 'all')} of a rank-{rank} tensor"))
+                continue
         outputs = [t for t in node.output if t]
         if node.op_type == "Dropout":
             outputs = outputs[:1]
         out.append(Node(node.op_type, node.name or f"{node.op_type}_{len(out)}", tuple(inputs), tuple(outputs),
                         tuple(_static(t, shapes, node, where) if t else () for t in inputs),
                         tuple(_static(t, shapes, node, where) for t in outputs), attrs))
+    refuse(blockers, where)
     return out
 
 
@@ -284,10 +292,8 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     outs = {o.name for o in model.graph.output}
     nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
     nodes = fuse_drop_path(nodes, consts)
-    for n in nodes:
-        if n.op in DROP_PATH_OPS:
-            raise unsupported(n, where, " (supported only in torch's stochastic depth, or where its value is a "
-                                        "constant; here it is neither)")
+    refuse([blocker(n, "supported only in torch's stochastic depth, or where its value is a constant; here it is "
+                       "neither") for n in nodes if n.op in DROP_PATH_OPS], where)
     params: list[str] = []
     for n in nodes:
         params += [t for t in param_inputs(n, consts) if t not in params]

@@ -4,6 +4,8 @@
 * :class:`Node`: one op with its tensors' static shapes and its attributes as plain Python;
 * :class:`Graph`: the nodes in topological order, the constants as numpy arrays, the trainable weights;
 * :class:`OnnxImportError` (a ``ValueError`` said in one line) and :class:`UnsupportedOpError`;
+* :class:`Blocker` (one node that cannot import or train, and what would fix it) and :func:`blockers_text`
+  (every blocker of a graph in one line);
 * :func:`param_inputs` and :func:`folded_norm_warning`.
 
 Plain data and numpy, and the op table (``op_table.py``): no ``onnx``, nothing else of the package.
@@ -59,6 +61,37 @@ class Graph:
     opset: int
     shapes: dict[str, tuple[int, ...]]
     origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A node that stops the import (an op not read) or the training (no layer, or an attribute the layer does not
+    take): ``why`` says what is missing, ``fix`` what would make it work (an export option), when anything does."""
+
+    op: str
+    node: str
+    why: str = ""
+    fix: str = ""
+    inputs: tuple[str, ...] = ()
+
+
+def blockers_text(blockers: list[Blocker]) -> str:
+    """Every blocker in one line, grouped by op, reason and fix: the count, the first three node names, why and
+    the fix. One blocker: ``Op at node 'n' (inputs [...]): why; fix: ...``."""
+    groups: dict[tuple[str, str, str], list[Blocker]] = {}
+    for b in blockers:
+        groups.setdefault((b.op, b.why, b.fix), []).append(b)
+    parts = []
+    for (op, why, fix), group in groups.items():
+        names = ", ".join(repr(b.node) for b in group[:3]) + (", ..." if len(group) > 3 else "")
+        if len(group) == 1:
+            at = f"node {names}" + (f" (inputs {list(group[0].inputs)})" if group[0].inputs else "")
+        else:
+            at = f"{len(group)} nodes ({names})"
+        parts.append(f"{op} at {at}" + (f": {why}" if why else "") + (f"; fix: {fix}" if fix else ""))
+    if len(parts) == 1:
+        return parts[0]
+    return f"{len(parts)} blockers: " + " ".join(f"[{i}] {p};" for i, p in enumerate(parts, 1))[:-1]
 
 
 def param_inputs(node: Node, constants) -> list[str]:

@@ -38,8 +38,8 @@ from models.model import Model
 from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
-from models.onnx.ir import Graph, Node, OnnxImportError
-from models.onnx.op_table import OPS, trainable_text
+from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
+from models.onnx.op_table import CEIL_MODE_FIX, EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
@@ -127,8 +127,9 @@ class GraphModel(Model):
 def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int | None = None,
                 splits: Sequence[str] = (), shown: str | None = None) -> GraphModel:
     """The trainable model of ``graph``; ``num_classes``: replace a final Gemm whose class count differs
-    (new weights, torch's ``nn.Linear`` init from ``seed``). One ``OnnxImportError`` line for a node
-    it cannot train or an output that is not the logits of one image batch. ``splits``: pipeline splits that
+    (new weights, torch's ``nn.Linear`` init from ``seed``). One ``OnnxImportError`` line for every node
+    it cannot train (``_Blocked``: each op, its count, first nodes and fix, ``ir.blockers_text``) or an output
+    that is not the logits of one image batch. ``splits``: pipeline splits that
     name blocks, nodes or module paths (``blocks.split_starts``; ``shown``: the file's name for its errors)."""
     n = graph.input_shape[0]
     if len(graph.outputs) != 1 or len(graph.output_shapes[0]) != 2 or graph.output_shapes[0][0] != n:
@@ -136,7 +137,15 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
                               f"got outputs {list(graph.outputs)} of shapes {[list(s) for s in graph.output_shapes]}")
     rng = Rng(np.random.default_rng(seed))
     builder = _Builder(graph, dtype, rng, seed, num_classes)
-    ops = [builder.node(n) for n in graph.nodes]
+    ops, blockers = [], []
+    for node in graph.nodes:
+        try:
+            ops.append(builder.node(node))
+        except _Blocked as e:
+            blockers.append(e.blocker)
+    if blockers:
+        raise OnnxImportError(f"{shown or graph.name}: cannot train{'' if len(blockers) > 1 else ':'} "
+                              f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}")
     ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
     ops = fuse_norm_act(ops, graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
@@ -158,6 +167,14 @@ def _live(ops: list[GraphOp], output: str) -> list[GraphOp]:
     return keep[::-1]
 
 
+class _Blocked(OnnxImportError):
+    """A node the graph model cannot train (``graph_model`` gathers every one before it says so)."""
+
+    def __init__(self, blocker: Blocker) -> None:
+        super().__init__(blockers_text([blocker]))
+        self.blocker = blocker
+
+
 class _Builder:
     def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None) -> None:
         self.g, self.dtype, self.rng = graph, np.dtype(dtype), rng
@@ -167,19 +184,19 @@ class _Builder:
         self.used: set[str] = set()
         self.where = graph.name
 
-    def fail(self, node: Node, why: str) -> OnnxImportError:
-        return OnnxImportError(f"{self.where}: node {node.name!r} ({node.op}): {why}; the trainable graph model "
-                               f"supports {TRAINABLE_OPS}")
+    def fail(self, node: Node, why: str, fix: str = "") -> _Blocked:
+        return _Blocked(Blocker(node.op, node.name, why, fix))
 
     def const(self, name: str) -> np.ndarray | None:
         return self.g.initializers.get(name)
 
-    def param(self, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
-        """A parameter named by the file's initializer (through the reshapes the importer folded)."""
+    def param(self, node: Node, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
+        """A parameter of ``node`` named by the file's initializer (through the reshapes the importer folded)."""
         name = self.g.origins.get(name, name)
         if name in self.used:
-            raise OnnxImportError(f"{self.where}: initializer {name!r} is read by more than one layer (shared "
-                                  f"weights are not supported for training)")
+            folded = not any(n.op in NORM_OPS for n in self.g.nodes)  # no norm left: an eval-mode export
+            raise self.fail(node, f"initializer {name!r} is read by more than one layer (shared weights do not train)",
+                            EVAL_EXPORT_FIX if folded else "")
         self.used.add(name)
         p = Param(name, np.array(data, dtype=self.dtype), kind)
         self.sites.append(ParamSite(name, p, to_onnx))
@@ -208,9 +225,9 @@ class _Builder:
         bias = len(n.inputs) > 2 and bool(n.inputs[2])
         layer = Conv2d(n.name, n.name, cin_g * groups, cout, (kh, kw), tuple(a.get("strides", [1, 1])), padding,
                        groups, bias, self.dtype)
-        layer.weight = self.param(n.inputs[1], w, "weight")
+        layer.weight = self.param(n, n.inputs[1], w, "weight")
         if bias:
-            layer.bias = self.param(n.inputs[2], self.const(n.inputs[2]), "bias")
+            layer.bias = self.param(n, n.inputs[2], self.const(n.inputs[2]), "bias")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
 
     def dense(self, n: Node) -> GraphOp:
@@ -232,10 +249,10 @@ class _Builder:
             cout, bound = self.num_classes, 1.0 / math.sqrt(cin)
             weight = self.init_rng.uniform(-bound, bound, (cout, cin))
         layer = Dense(n.name, n.name, cin, cout, bias is not None, self.dtype)
-        layer.weight = self.param(n.inputs[1], weight, "weight", back)
+        layer.weight = self.param(n, n.inputs[1], weight, "weight", back)
         if bias is not None:
             b = self.init_rng.uniform(-bound, bound, cout) if new else self.const(bias)
-            layer.bias = self.param(bias, b, "bias")
+            layer.bias = self.param(n, bias, b, "bias")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
 
     def batch_norm(self, n: Node) -> GraphOp:
@@ -245,8 +262,8 @@ class _Builder:
             raise self.fail(n, "scale, offset and running statistics must be initializers; input [N, C] or [N, C, H, W]")
         layer = BatchNorm2d(n.name, n.name, x_shape[1], n.attrs.get("epsilon", 1e-5),
                             1.0 - n.attrs.get("momentum", 0.9), None, self.dtype)
-        layer.weight = self.param(n.inputs[1], consts[0], "norm_scale")
-        layer.bias = self.param(n.inputs[2], consts[1], "norm_offset")
+        layer.weight = self.param(n, n.inputs[1], consts[0], "norm_scale")
+        layer.bias = self.param(n, n.inputs[2], consts[1], "norm_offset")
         layer.running_mean[...] = consts[2]
         layer.running_var[...] = consts[3]
         mean, var = n.inputs[3], n.inputs[4]
@@ -256,8 +273,8 @@ class _Builder:
     def group_norm(self, n: Node, groups: int, scale: str, offset: str, inputs, output, c: int, to_onnx,
                    offset_to_onnx=None) -> GraphOp:
         layer = GroupNorm(n.name, n.name, c, groups, n.attrs.get("epsilon", 1e-5), None, self.dtype)
-        layer.weight = self.param(scale, self.const(scale).reshape(c), "norm_scale", to_onnx)
-        layer.bias = self.param(offset, self.const(offset).reshape(c), "norm_offset", offset_to_onnx or to_onnx)
+        layer.weight = self.param(n, scale, self.const(scale).reshape(c), "norm_scale", to_onnx)
+        layer.bias = self.param(n, offset, self.const(offset).reshape(c), "norm_offset", offset_to_onnx or to_onnx)
         return LayerOp(n.name, inputs, output, layer)
 
     def max_pool(self, n: Node) -> GraphOp:
@@ -265,7 +282,8 @@ class _Builder:
         k, s, p = a.get("kernel_shape", [1, 1]), a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])
         if len(set(k)) != 1 or len(set(s)) != 1 or len(set(p)) != 1 or a.get("ceil_mode", 0) \
                 or any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("auto_pad", "NOTSET") != "NOTSET":
-            raise self.fail(n, "max pooling with a square kernel, one stride, symmetric pads, floor mode")
+            raise self.fail(n, "max pooling with a square kernel, one stride, symmetric pads, floor mode",
+                            CEIL_MODE_FIX if a.get("ceil_mode", 0) else "")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], MaxPool2d(n.name, n.name, k[0], s[0], p[0], self.dtype))
 
     def global_pool(self, n: Node) -> GraphOp:
@@ -285,7 +303,7 @@ class _Builder:
                 operands.append(t)
             elif c.size > 1:
                 shape = c.shape
-                operands.append(self.param(t, const_to_engine(c, rank), "bias" if n.op in ("Add", "Sub") else
+                operands.append(self.param(n, t, const_to_engine(c, rank), "bias" if n.op in ("Add", "Sub") else
                                            "norm_scale", lambda v, shape=shape: _onnx_const(v, shape)))
             else:
                 operands.append(np.asarray(const_to_engine(c, rank), self.dtype))
@@ -314,7 +332,7 @@ class _Builder:
         """The engine op of one node: the builder of its layer in the op table (``op_table.OPS``)."""
         rule = OPS.get(n.op)
         if rule is None or not rule.trainable:
-            raise self.fail(n, "no layer of the engine does this op")
+            raise self.fail(n, "prediction only: no layer of the engine trains this op")
         return getattr(self, self.BUILDERS[rule.layer])(n)
 
     def activation(self, n: Node) -> GraphOp:

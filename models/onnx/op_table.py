@@ -69,7 +69,7 @@ RULES: tuple[OpRule, ...] = (
     OpRule("HardSigmoid", "activation", "Unary", cost_as="swish"),
     OpRule("HardSwish", "activation", "Unary", cost_as="swish", pattern="also Mul(x, HardSigmoid(x; 1/6, 1/2))"),
     OpRule("Tanh", "activation", "Unary", cost_as="swish"),
-    OpRule("Gelu", "activation", cost_as="swish"),
+    OpRule("Gelu", "activation", "Unary", "exact (erf) or approximate=\"tanh\"", cost_as="swish"),
     OpRule("Add", "binary", "Binary"),
     OpRule("Sub", "binary", "Binary"),
     OpRule("Mul", "binary", "Binary"),
@@ -96,6 +96,18 @@ OPS: dict[str, OpRule] = {r.op: r for r in RULES}
 RESHAPES = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 # ONNX ops read only as part of torch's stochastic depth (``patterns.fuse_drop_path``), or folded as constants
 DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
+
+
+# What makes an ONNX op that nothing here reads work (an export option), for the error that names it
+EXPORT_FIXES = {
+    "Erf": "torch writes exact GELU as Div, Erf, Add, Mul below opset 20: export with opset_version=20 or later "
+           "to write it as one Gelu node",
+}
+# What makes an imported graph train when an attribute stops it (network.py's blockers)
+CEIL_MODE_FIX = "build the pooling with ceil_mode=False (the output is one row/column smaller where ceil adds one)"
+EVAL_EXPORT_FIX = ("this looks like an eval-mode export (batch norm folded into the convolutions, equal folded "
+                   "weights stored once): re-export in training mode, torch.onnx.export(model.train(), ..., "
+                   "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)")
 
 
 def ops_of(family: str) -> frozenset[str]:

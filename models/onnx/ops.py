@@ -14,6 +14,8 @@ the engine's drop-connect factors).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from models.param import Param
@@ -144,9 +146,16 @@ class Binary(GraphOp):
         return out
 
 
+_ERFC = np.vectorize(math.erfc, otypes=[np.float64])  # numpy has no erf; erfc keeps Phi accurate in the far left tail
+_GELU_C = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi), as torch rounds it
+
+
 class Unary(GraphOp):
-    """Clip, Tanh, HardSigmoid or HardSwish, element-wise. Keeps the input (and Tanh its output).
-    Clip passes the gradient strictly inside (min, max), as torch's ReLU6/hardtanh."""
+    """Clip, Tanh, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh its output; Gelu its
+    Phi(x), exact, or tanh(u), approximate="tanh"). Clip passes the gradient strictly inside (min, max), as
+    torch's ReLU6/hardtanh. Gelu is ONNX's (opset 20) and torch's: x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2))
+    / 2 = erfc(-x / sqrt 2) / 2, or x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2; its erfc is ``math.erfc`` per
+    element (float64; exact where 1 + erf would cancel)."""
 
     def __init__(self, name, op: str, inputs, output, attrs: dict) -> None:
         super().__init__(name, inputs, output)
@@ -155,9 +164,16 @@ class Unary(GraphOp):
         self.hi = attrs.get("max")
         self.alpha = attrs.get("alpha", 0.2 if op == "HardSigmoid" else 1 / 6)
         self.beta = attrs.get("beta", 0.5)
+        self.approximate = attrs.get("approximate", "none")
 
     def forward(self, xs, training):
         x = self.x = xs[0]
+        if self.op == "Gelu":
+            if self.approximate == "tanh":
+                self.t = np.tanh(_GELU_C * (x + 0.044715 * (x * x * x))).astype(x.dtype)
+                return (0.5 * x * (1 + self.t)).astype(x.dtype)
+            self.phi = (0.5 * _ERFC(-x / math.sqrt(2.0))).astype(x.dtype)
+            return x * self.phi
         if self.op == "Clip":
             lo = -np.inf if self.lo is None else self.lo
             hi = np.inf if self.hi is None else self.hi
@@ -179,6 +195,13 @@ class Unary(GraphOp):
             return [np.where(inside, dy, 0.0).astype(dy.dtype)]
         if self.op == "Tanh":
             return [dy * (1 - self.y * self.y)]
+        if self.op == "Gelu":
+            if self.approximate == "tanh":  # d/dx: (1 + t) / 2 + x (1 - t^2) c (1 + 3 * 0.044715 x^2) / 2
+                t = self.t
+                return [(dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_C * (1 + 0.134145 * x * x)))
+                        .astype(dy.dtype)]
+            # d/dx: Phi(x) + x phi(x), phi the normal density
+            return [(dy * (self.phi + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))).astype(dy.dtype)]
         z = self.alpha * x + self.beta
         inside = (z > 0) & (z < 1)
         if self.op == "HardSigmoid":

@@ -8,8 +8,8 @@ import warnings
 
 
 def training_export(model, example, *, input_name: str | None = None, output_name: str | None = None,
-                    dynamic: dict[int, str] | None = None) -> bytes:
-    """The ONNX bytes of ``model`` traced on ``example``; ``dynamic`` names the input's dynamic axes
+                    dynamic: dict[int, str] | None = None, opset: int = 17) -> bytes:
+    """The ONNX bytes of ``model`` traced on ``example`` (at ``opset``); ``dynamic`` names the input's dynamic axes
     (``{0: "batch"}``), which the output shares on axis 0 when it is named."""
     import torch
 
@@ -21,7 +21,7 @@ def training_export(model, example, *, input_name: str | None = None, output_nam
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model.train(), (example,), f, dynamo=False, opset_version=17,
+        torch.onnx.export(model.train(), (example,), f, dynamo=False, opset_version=opset,
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                           input_names=[input_name or "input"] if input_name or dynamic else None,
                           output_names=[output_name] if output_name else None, dynamic_axes=axes or None)

@@ -194,7 +194,8 @@ def test_a_graph_with_folded_norms_trains_with_one_warning(tmp_path, caplog):
 
 def test_model_num_classes_replaces_the_classifier_end_to_end(tmp_path):
     """A 7-class export trained on the 10-class dataset with model.num_classes=10: the run finishes and its
-    run_dir/model.onnx has a 10-way classifier that torch loads into a 10-class network."""
+    run_dir/model.onnx has a 10-way classifier that torch loads into a 10-class network. The log and
+    summary.json name the file's model (``onnx:seven.onnx``), not ``model.name``'s default."""
     import onnx
     from onnx import numpy_helper
 
@@ -202,8 +203,11 @@ def test_model_num_classes_replaces_the_classifier_end_to_end(tmp_path):
 
     path = export_tiny(tmp_path / "seven.onnx", classes=7)
     run_dir = tmp_path / "run"
-    ok(train(onnx_args(path, "--set", "model.num_classes=10"), run_dir, instances=1, replicas=2))
+    proc = train(onnx_args(path, "--set", "model.num_classes=10"), run_dir, instances=1, replicas=2)
+    ok(proc)
     assert len(losses(run_dir)) == 6
+    assert "Training onnx:seven.onnx on " in proc.stderr and "Training efficientnet-tiny" not in proc.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["config_model"] == "onnx:seven.onnx"
     proto = onnx.load(str(run_dir / "model.onnx"))
     sd = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
     assert sd["fc.weight"].shape == (10, 8) and sd["fc.bias"].shape == (10,)
