@@ -149,7 +149,7 @@ class Loader:
         if self.cache == "stream" and dataset.info.filtered:
             logger.warning("%s: streaming rows from a compressed or checksummed file reads whole chunks per step; "
                            "rewrite it with --no-checksum and without compression, or use cache='memory'.",
-                           dataset.info.path)
+                           dataset.info.path, extra={"said_once": True})  # alike on every instance: said once a job
         logger.info("Loader %s: %d samples, global batch %d, %d steps/epoch, instance %d/%d takes rows [%d, %d) "
                     "of each, cache=%s, prefetch_batches=%d, augment=%s.", dataset.info.split, dataset.info.num_samples,
                     spec.global_batch, self.steps_per_epoch, spec.instance_index, spec.num_instances,

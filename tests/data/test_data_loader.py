@@ -222,3 +222,13 @@ def test_the_batch_spec_of_a_placement_is_its_instance_share():
     second = SimpleNamespace(index=1, num_instances=2, num_local_replicas=2)  # as poprun_py.topology.InstanceInfo
     spec = BatchSpec.of_placement(second, micro_batch=3, grad_accum=2)
     assert spec == BatchSpec(micro_batch=3, grad_accum=2, local_replicas=2, num_instances=2, instance_index=1)
+
+
+def test_the_compressed_stream_warning_is_said_once_a_job(tmp_path, caplog):
+    """Every instance streams the same file, so the warning is marked for instance 0 alone (the entry point's
+    logging drops ``said_once`` records on the other instances)."""
+    dataset = open_dataset(write_tiny(tmp_path / "z.h5", compression="gzip", checksum=True), "train")
+    with caplog.at_level("WARNING", logger="data.loader"):
+        Loader(dataset, BatchSpec(micro_batch=2), seed=1, cache="stream", prefetch_batches=0)
+    [record] = [r for r in caplog.records if "streaming rows from a compressed" in r.getMessage()]
+    assert getattr(record, "said_once", False)
