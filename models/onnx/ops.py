@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from models.kernels.threads import compiled_kernel
+from models.activation import erfc
 from models.param import Param
 from models.pool import drop_path_scale
 
@@ -147,19 +147,6 @@ class Binary(GraphOp):
         return out
 
 
-@compiled_kernel()
-def _erfc_into(x, out):
-    """out = erfc(x) element by element over flat float64 arrays (numpy has no erf; ``math.erfc`` compiled, which
-    keeps Phi accurate in the far left tail where 1 + erf would cancel)."""
-    for i in range(x.shape[0]):
-        out[i] = math.erfc(x[i])
-
-
-def _erfc(x: np.ndarray) -> np.ndarray:
-    flat = np.ascontiguousarray(x, dtype=np.float64).ravel()
-    out = np.empty_like(flat)
-    _erfc_into(flat, out)
-    return out.reshape(np.shape(x))
 _GELU_C = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi), as torch rounds it
 
 
@@ -167,8 +154,8 @@ class Unary(GraphOp):
     """Clip, Tanh, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh its output; Gelu its
     Phi(x), exact, or tanh(u), approximate="tanh"). Clip passes the gradient strictly inside (min, max), as
     torch's ReLU6/hardtanh. Gelu is ONNX's (opset 20) and torch's: x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2))
-    / 2 = erfc(-x / sqrt 2) / 2, or x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2; its erfc is ``math.erfc`` per
-    element, compiled (float64; exact where 1 + erf would cancel)."""
+    / 2 = erfc(-x / sqrt 2) / 2, or x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2; its erfc is
+    ``models.activation.erfc`` (float64; exact where 1 + erf would cancel)."""
 
     def __init__(self, name, op: str, inputs, output, attrs: dict) -> None:
         super().__init__(name, inputs, output)
@@ -185,7 +172,7 @@ class Unary(GraphOp):
             if self.approximate == "tanh":
                 self.t = np.tanh(_GELU_C * (x + 0.044715 * (x * x * x))).astype(x.dtype)
                 return (0.5 * x * (1 + self.t)).astype(x.dtype)
-            self.phi = (0.5 * _erfc(-x / math.sqrt(2.0))).astype(x.dtype)
+            self.phi = (0.5 * erfc(-x / math.sqrt(2.0))).astype(x.dtype)
             return x * self.phi
         if self.op == "Clip":
             lo = -np.inf if self.lo is None else self.lo
