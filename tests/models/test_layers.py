@@ -261,3 +261,14 @@ def test_group_norm_forward_on_widened_rows_is_bitwise_the_row_kernel(shape, act
         assert y[i].tobytes() == want_y.tobytes()
         if act == K.SILU:
             assert sig[i].tobytes() == want_sig.tobytes()
+
+
+def test_erfc_is_the_library_erfc_element_by_element_in_any_shape():
+    import math
+
+    from models.activation import erfc
+
+    x = np.concatenate([np.linspace(-30, 30, 601), [0.0, -0.0, 1e-300, -40.0, 40.0]]).reshape(2, 3, -1)
+    assert erfc(x).shape == x.shape
+    assert np.array_equal(erfc(x).ravel(), [math.erfc(v) for v in x.ravel()])
+    assert erfc(x.astype(np.float32)).dtype == np.float64
