@@ -48,7 +48,7 @@ from poprun_py.progress import report_progress
 logger = logging.getLogger(__name__)
 
 
-_SIDE = 3  # the step's metrics in the all-reduce: loss sum, correct, count
+_COUNTS = 2  # after the replicas' loss sums in the all-reduce: correct top-1, sample count
 
 
 class WeightDivergenceError(RuntimeError):
@@ -132,9 +132,13 @@ class Engine:
         self.emulation = emulation  # float16 numerics (ipu.emulate_precision); None: float32 throughout
         size, grad_dtype = sum(p.data.size for p in self.params), np.dtype(grad_dtype)
         self._fused = grad_dtype == np.float64  # metrics and flags ride in the gradient all-reduce
-        side = _SIDE + int(num_flags)
+        # one loss-sum slot per replica of the job: each instance fills its own and sums the job's in
+        # replica order after the all-reduce (x + 0 is exact), so the reported loss has the same bits
+        # however the replicas are split over instances
+        self._metrics_at = int(total_replicas)
+        side = self._metrics_at + _COUNTS + int(num_flags)
         self._buffer = np.zeros(size + side * self._fused, dtype=grad_dtype)
-        self.flat = self._buffer[:size]  # the gradients; then [loss sum, correct, count, *flags]
+        self.flat = self._buffer[:size]  # the gradients; then [loss sum per replica, correct, count, *flags]
         self._side = self._buffer[size:] if self._fused else np.zeros(side, np.float64)
         self.views = flat_views(self.params, self.flat)
         self.flags = np.zeros(int(num_flags))  # the host's values for the next update
@@ -215,13 +219,16 @@ class Engine:
         modelled = sum(r.times.seconds["model"] for r in self.replicas)
         self._buffer.fill(0.0)
         local = ReplicaResult()
+        side, at = self._side, self._metrics_at
+        side[:at] = 0.0
         with self._compute_weights():
             for replica, feed in zip(self.replicas, self.feeds):
-                local += replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
+                result = replica.run_from(feed, step=self.step, grads=self.views, loss_scale=self.scaler.scale)
+                side[replica.index] = result.loss_sum
+                local += result
         computed = time.perf_counter()
-        side = self._side
-        side[:_SIDE] = local.loss_sum, local.correct, local.count
-        side[_SIDE:] = self.flags
+        side[at:at + _COUNTS] = local.correct, local.count
+        side[at + _COUNTS:] = self.flags
         self.sync_gradients()
         synced = time.perf_counter()
         self.sync_seconds += synced - computed
@@ -229,8 +236,12 @@ class Engine:
         with self.times.measure("metrics"):
             if not self._fused:
                 self.comm.allreduce(side, op="sum")
-            self.agreed_flags[:] = side[_SIDE:]
-            loss, accuracy, count = float(side[0] / side[2]), float(side[1] / side[2]), int(side[2])
+            self.agreed_flags[:] = side[at + _COUNTS:]
+            loss_sum = 0.0
+            for value in side[:at].tolist():  # replica order, whatever the instances
+                loss_sum += value
+            correct, count = side[at:at + _COUNTS].tolist()
+            loss, accuracy, count = loss_sum / count, correct / count, int(count)
         updating, emulated = time.perf_counter(), self.times.seconds["precision_emulation"]
         lr, applied, scale = self._update(loss)
         self.step += 1
