@@ -32,7 +32,7 @@ from poprun_py.agent_spec import AgentSpec, attempt_dir
 from poprun_py.bootstrap import wrap_python
 from poprun_py.errors import plural
 from poprun_py.fence import Fence
-from poprun_py.lines import FRAME, LINE, LineSplitter
+from poprun_py.lines import LINE, LineSplitter
 from poprun_py.oom import oom_kill_count, was_oom_kill
 from poprun_py.cpu_binding import numa_nodes, spread_cpus, thread_env
 from poprun_py.processes import (
@@ -45,12 +45,14 @@ from poprun_py.processes import (
     start_sweeper,
     sweep_also,
 )
+from poprun_py.progress import MPI_READY
 from poprun_py.shm import SegmentTracker
 from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
 PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
 TAIL_LINES = 40
+MPI_READY_LINE = MPI_READY.encode()
 LINGER_S = 30.0  # after an abnormal end, wait at most this long for the launcher's release
 
 
@@ -163,7 +165,8 @@ class Agent:
                     self._progress["what"] = lines[-1].decode(errors="replace")[:200]
                     self._progress["n"] += len(lines)
                     self._progress["dirty"] = True
-                self._shm.poke()  # the first report comes soon after MPI_Init: a scan finds its segment
+                # the first report comes soon after MPI_Init: a scan finds its segment
+                self._shm.poke(mpi_ready=any(line == MPI_READY_LINE for line in lines))
                 self._flush_progress()
         os.close(fd)
 

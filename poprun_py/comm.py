@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from poprun_py.progress import report_progress
+from poprun_py.progress import MPI_READY, report_now, report_progress
 
 _OPS = ("sum", "mean", "max", "min")
 
@@ -86,10 +86,11 @@ class MPIComm:
 
         self._MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
-        if comm is None:  # MPI is initialised now: in-MPI mode, hand its shared-memory files to the rank's watcher
-            from poprun_py.shm import report_segments
+        if comm is None:  # MPI is initialised now: hand its shared-memory files to the rank's watcher
+            from poprun_py.shm import report_segments  # (in-MPI mode), and tell the agent (launcher mode)
 
             report_segments()
+            report_now(MPI_READY)
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._count = 0

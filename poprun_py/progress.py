@@ -24,6 +24,9 @@ from poprun_py import env as envc
 from poprun_py.faults import Fault, fire
 
 WRITE_EVERY_S = 0.1
+# Reported, and written at once, right after MPI_Init: the agent reads the maps of its tree then,
+# while the MPI shared-memory file it must remove after an abnormal end is new (poprun_py/shm.py).
+MPI_READY = "MPI initialised"
 
 _fd: int | None = None
 _fault: Fault | None = None
@@ -86,6 +89,16 @@ def report_progress(what: str) -> None:
             _pending = True  # _write_late writes it, or a later report replaces it
     if _fault is not None and what == _fault.at:
         fire(_fault)
+
+
+def report_now(what: str) -> None:
+    """``report_progress``, written at once whatever the interval (for the few reports the agent
+    acts on, e.g. ``MPI_READY``)."""
+    global _pending
+    report_progress(what)
+    if _fd is not None and _pending:
+        _pending = False
+        _write(what)
 
 
 def last_progress() -> tuple[float, str]:

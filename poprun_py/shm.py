@@ -12,8 +12,10 @@ The names cannot be predicted (the world id is a hash made inside MPICH), and de
 would hit other jobs' files. So the job's own processes are asked: a segment is the job's when one
 of its processes maps it. ``mapped_segments`` reads that from ``/proc/<pid>/maps`` (a read of a
 few kB, done by the agent, never in the training process); ``SegmentTracker`` schedules those reads
-(shortly after the program starts, backing off to once a minute; after a progress report at most
-every ``PROGRESS_SCAN_EVERY_S`` until a segment is found; and before the agent stops the program:
+(shortly after the program starts, backing off to once a minute; at once when the program reports
+that MPI_Init has returned (``progress.MPI_READY``, which poprun_py's communicator sends); after a
+progress report at most every ``PROGRESS_SCAN_EVERY_S`` until a segment is found; and before the
+agent stops the program:
 each scan reads about 400 lines, 1 ms, plus 2 ms to list the tree, in the agent), and the agent
 removes what it recorded once the job has ended abnormally. A Python program run by the bootstrap
 also removes the segments its own process maps when it fails (``remove_own_segments``), before
@@ -107,10 +109,12 @@ class SegmentTracker:
         self.segments: set[str] = set()
         self.scans = 0
         self._last = float("-inf")
-        self._poked = False
+        self._poked = self._ready = False
         self._on_new = on_new
 
     def due(self, now: float) -> bool:
+        if self._ready and not self.segments:
+            return True  # MPI_Init has just returned: its segment is there now
         if self._poked and not self.segments and now - self._last >= PROGRESS_SCAN_EVERY_S:
             return True  # MPI_Init may have just happened; once a segment is known, the schedule is enough
         return now >= self._next_scheduled()
@@ -123,13 +127,15 @@ class SegmentTracker:
             return self.started + SCAN_AT_S[self.scans]
         return self._last + SCAN_EVERY_S
 
-    def poke(self) -> None:
+    def poke(self, mpi_ready: bool = False) -> None:
+        """A progress report came; ``mpi_ready``: it says MPI_Init has returned (scan at once)."""
         self._poked = True
+        self._ready = self._ready or mpi_ready
 
     def scan(self, pids: Iterable[int], now: float | None = None) -> set[str]:
         """Read the maps of ``pids`` now; the segments found for the first time."""
         self._last = time.monotonic() if now is None else now
-        self._poked = False
+        self._poked = self._ready = False
         self.scans += 1
         new = set()
         for pid in pids:

@@ -3,7 +3,6 @@ the MPI command of the checks, and when the checks run (the end-to-end runs are 
 test_poprun_multihost.py)."""
 
 import json
-import sys
 
 import pytest
 

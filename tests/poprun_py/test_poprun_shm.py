@@ -249,6 +249,20 @@ def test_the_tracker_scans_early_then_backs_off_and_after_progress():
     assert not t.due(last + 5)  # once one is known, progress reports cause no more scans
 
 
+def test_the_tracker_scans_at_once_when_mpi_init_has_returned_until_a_segment_is_known():
+    t = SegmentTracker(started=100.0)
+    t.scan([], now=100.25)
+    t.poke()
+    assert not t.due(100.3)  # a plain report: not within PROGRESS_SCAN_EVERY_S of the last scan
+    t.poke(mpi_ready=True)
+    assert t.due(100.3)
+    t.scan([], now=100.3)
+    assert not t.due(100.31)  # one scan per MPI_READY report
+    t.poke(mpi_ready=True)
+    t.segments.add("/dev/shm/mpich_shm_found_0")
+    assert not t.due(100.31)  # a known segment: the schedule is enough
+
+
 def test_the_tracker_records_and_removes_what_the_processes_map(fake_segment):
     path, _mapping = fake_segment
     found = []
