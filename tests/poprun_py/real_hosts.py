@@ -107,7 +107,8 @@ def assert_bitwise_equal(run_dir: Path, baseline: Path) -> None:
     assert set(got) == set(want)
     differ = [k for k in want if not np.array_equal(got[k], want[k])]
     assert not differ, f"{len(differ)} arrays differ from the single-host run, e.g. {differ[:3]}"
-    assert losses.shape == want_losses.shape and np.array_equal(losses, want_losses)
+    assert losses.shape == want_losses.shape and np.array_equal(losses, want_losses), (
+        f"per-update losses {losses.tolist()} differ from the single-host run's {want_losses.tolist()}")
 
 
 def assert_nothing_left(cluster: NetnsCluster, run_dir: Path | None = None) -> None:
@@ -116,7 +117,8 @@ def assert_nothing_left(cluster: NetnsCluster, run_dir: Path | None = None) -> N
         procs = cluster.job_processes(k)
         _, alive = psutil.wait_procs(procs, timeout=10)
         assert not alive, f"left running on host {cluster.names[k]}: {[(p.pid, p.cmdline()) for p in alive]}"
-        assert cluster.shm_files(k) == [], f"left in /dev/shm of host {cluster.names[k]}"
+        left = cluster.shm_files(k)
+        assert left == [], f"left in /dev/shm of host {cluster.names[k]}: {left}"
     if run_dir is not None:
         partial = list((run_dir / "checkpoints").glob("*.tmp"))
         assert not partial, f"half-written checkpoints left: {partial}"
