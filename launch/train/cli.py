@@ -142,7 +142,10 @@ def _config_failed(comm, failure: ValueError | None) -> bool:
     everyone = comm.allgather(mine)
     if failure is not None:
         logger.error("%s", text, extra=SAID_ONCE if bool(np.all(everyone == mine[0])) else None)
-    return bool(np.any(everyone != -1))
+    if np.any(everyone != -1):
+        comm.barrier()  # nobody leaves (an MPI_Abort in mpiexec mode) before every instance has said its line
+        return True
+    return False
 
 
 def _interrupted_line(t: Training | None) -> str:
