@@ -59,9 +59,16 @@ def _vector_features(width: str, features: str) -> str | None:
 def target_features() -> str:
     """The LLVM target features numba compiles for: ``NUMBA_CPU_FEATURES`` (or what this module set
     from ``POPRUN_VECTOR_WIDTH``), else the host's."""
+    return numba.config.CPU_FEATURES or _host_features()
+
+
+@functools.lru_cache(maxsize=1)
+def _host_features() -> str:
+    """(cached: the kernels size their blocks from it on every product, and LLVM's answer is a
+    string of a hundred features built anew on each call, 0.3 ms)"""
     from llvmlite import binding
 
-    return numba.config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
+    return binding.get_host_cpu_features().flatten()
 
 
 def vector_width() -> str:
