@@ -6,7 +6,6 @@ validation's figures (:func:`validation_dict`, :func:`sensitivity_dict`)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ipu.compile import format_memory_report, plot_memory_report

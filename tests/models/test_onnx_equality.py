@@ -26,7 +26,6 @@ import pytest
 from ipu.cost.prediction import predict
 from ipu.plan import PRESETS, load_profile
 from launch.train.plan import graph_plan
-from models import build_model
 from models.onnx import OnnxFile, open_for_prediction
 from tests.models.onnx_exports import training_export
 
