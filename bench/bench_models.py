@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -242,14 +241,9 @@ def _numba_target() -> str:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = {k.strip(): v for k, v in (line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
-                                              if ":" in line)}
-        return (f"{info['model name'].strip()} (family {info['cpu family'].strip()} model "
-                f"{info['model'].strip()}), {os.cpu_count()} logical CPUs")
-    except (OSError, KeyError):
-        return f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs"
+    from jit import cpu_model
+
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
 
 
 def _pools(pools: list[dict]) -> str:

@@ -87,6 +87,23 @@ if ENABLED and _applied_width() != "auto":  # before anything compiles: numba re
     numba.config.CPU_FEATURES = _vector_features(_applied_width(), target_features())
 
 
+@functools.cache
+def cpu_model(stepping: bool = False) -> str:
+    """This CPU as the records name it: "AMD EPYC (family 25 model 1)" (with ``stepping``: "... model 1
+    stepping 1)"), from the first processor of ``/proc/cpuinfo``: a VM's model name alone can stand for
+    CPUs of several generations. Elsewhere, what :mod:`platform` knows."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in
+                                                      f.read().split("\n\n")[0].splitlines() if ":" in line)}
+        step = f" stepping {info['stepping']}" if stepping else ""
+        return f"{info['model name']} (family {info['cpu family']} model {info['model']}{step})"
+    except (OSError, KeyError):
+        return platform.processor() or platform.machine()
+
+
 def vector_registers() -> tuple[int, int]:
     """(count, float32 lanes) of the vector registers the register blocks (:mod:`jit.block`) are
     compiled into: (32, 16) with AVX-512, (16, 8) with AVX, (16, 4) with SSE. The blocks are
@@ -174,4 +191,4 @@ else:
 
 
 __all__ = ["ENABLED", "VECTOR_WIDTH_VARIABLE", "bitcast", "float32_bits", "float32_from_bits", "is_enabled", "jit",
-           "prange", "target_features", "vector_registers", "vector_width", "wisdom_path", "WISDOM_VARIABLE"]
+           "cpu_model", "prange", "target_features", "vector_registers", "vector_width", "wisdom_path", "WISDOM_VARIABLE"]

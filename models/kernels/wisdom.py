@@ -27,7 +27,6 @@ import functools
 import json
 import logging
 import os
-import platform
 import tempfile
 import threading
 import time
@@ -55,12 +54,7 @@ def machine() -> str:
 
     from models.kernels import gemm
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError, KeyError, ValueError):
-        with open("/proc/cpuinfo") as f:
-            info = dict((k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in
-                                                            f.read().split("\n\n")[0].splitlines() if ":" in line))
-        cpu = f"{info['model name']} (family {info['cpu family']} model {info['model']} stepping {info['stepping']})"
+    cpu = _jit.cpu_model(stepping=True)
     count, lanes = _jit.vector_registers()
     target = numba.config.CPU_NAME or binding.get_host_cpu_name()
     return f"{cpu}; numba {target}, {count} x {32 * lanes}-bit registers; {gemm.describe()}"
