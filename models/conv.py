@@ -30,7 +30,6 @@ from models.kernels import direct_conv as D
 from models.kernels import gemm as _gemm
 from models.kernels import small_map as S
 from models.kernels import threads as _threads
-from models.kernels import weight_layout as WL
 from models.kernels import wisdom as W
 from models.layer import Layer, Shape
 from models.param import Param
@@ -71,13 +70,6 @@ def _phase_taps(phase: int, pad: int, stride: int, k: int) -> tuple[slice | None
         return None, 0
     last = first + stride * (count - 1)
     return slice(last, None if first == 0 else first - 1, -stride), count - 1 - (phase + pad - first) // stride
-
-
-def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``a`` seen as ``shape`` without a copy (a kernel writes through it; raises where a reshape would copy)."""
-    v = a.view()
-    v.shape = shape
-    return v
 
 
 class Conv2d(PointwiseProducts, Layer):
@@ -205,8 +197,7 @@ class Conv2d(PointwiseProducts, Layer):
         D.conv(x5, w5, y5, sh, sw, pt, pl, scratch, tile, phase)
 
     def _weight_grad(self, x5: np.ndarray, dy5: np.ndarray, pads: tuple[int, int]) -> np.ndarray:
-        """The direct path's weight gradient as partials [P, G, KH, KW, Cg, Cog] (their sum, in order, is
-        the gradient; P = 1 but for the chunked kernel), through the formulation this machine
+        """The direct path's weight gradient [G, KH, KW, Cg, Cog], through the formulation this machine
         measured fastest for the shape (``wisdom``; without it the rule: the by-group kernel on small
         maps, ``S.suits_group_weight_grad``, else the chunked one): by-group (``small_map``), chunked
         per-chunk partials summed in order (``direct_conv``), or im2col + one GEMM per group."""
@@ -217,7 +208,7 @@ class Conv2d(PointwiseProducts, Layer):
         def by_group():
             out = self._temp("conv_wgrad_groups", (g, kh, kw, cg, cog))
             S.group_weight_grad(x5, dy5, out, sh, sw, *pads)
-            return out[None]
+            return out
 
         def chunked():
             block = max(1, min(ho, D.BLOCK_PIXELS // wo))  # output rows per scratch fill
@@ -225,12 +216,12 @@ class Conv2d(PointwiseProducts, Layer):
             part = self._temp("conv_wgrad_part", (chunks, g, kh, kw * cg, cog))
             scratch = self._temp("conv_wgrad_rows", (chunks, (block - 1) * sh + kh, (wo - 1) * sw + kw, cg))
             D.weight_grad(x5, dy5, part, sh, sw, *pads, block, scratch)
-            return part.reshape(chunks, g, kh, kw, cg, cog)
+            return part.sum(axis=0).reshape(g, kh, kw, cg, cog)
 
         def gemm():
             cols = self._temp("conv_wgrad_cols", (g, n * ho * wo, kh * kw * cg))
             out = self._temp("conv_wgrad_groups", (g, kh * kw * cg, cog))
-            return K.im2col_weight_grad(x5, dy5, kh, kw, sh, sw, *pads, cols, out).reshape(1, g, kh, kw, cg, cog)
+            return K.im2col_weight_grad(x5, dy5, kh, kw, sh, sw, *pads, cols, out).reshape(g, kh, kw, cg, cog)
 
         small = S.suits_group_weight_grad(ho, wo, g, cg, cog)
         candidates = {"small_map": by_group} if S.eligible(g, cg, cog) else {}
@@ -269,24 +260,25 @@ class Conv2d(PointwiseProducts, Layer):
         """OIHW -> [G, KH, KW, Cg, Cog]."""
         g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
         wd = self._temp("conv_weight", (g, self.kh, self.kw, cg, cog))
-        WL.to_taps(_view(self.weight.data, (g, cog, cg, self.kh, self.kw)), wd)
+        np.copyto(wd, self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 2, 1))
         return wd
 
     def _backward_direct(self, dy):
         g, cg, cog = self.groups, self.cin // self.groups, self.cout // self.groups
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
         dy5 = self._split(dy)
-        oihw = (g, cog, cg, self.kh, self.kw)
-        WL.from_taps(self._weight_grad(self._split(self.x), dy5, (pt, pl)), _view(self.weight.grad, oihw))
+        self.weight.grad[...] = self._weight_grad(self._split(self.x), dy5, (pt, pl)).transpose(0, 4, 3, 1, 2).reshape(
+            self.weight.grad.shape)
         if not self.need_dx:
             return None
         dx = self._input_grad_buf()
-        w5 = _view(self.weight.data, oihw)
+        wt = self.weight.data.reshape(g, cog, cg, self.kh, self.kw).transpose(0, 3, 4, 1, 2)  # [G, KH, KW, Cog, Cg]
         if D.vec_for(cg):
-            dx5, cgp = self._split(dx), cg
+            dx5 = self._split(dx)
         else:  # a stem: the input gradient's channels padded to 8 with zero weights
             cgp = -(-cg // 8) * 8
             dx5 = self._temp("conv_dx_padded", (*self.x_shape[:3], g, cgp))
+            wt = np.concatenate([wt, np.zeros((*wt.shape[:4], cgp - cg), wt.dtype)], axis=4)
         for ph in range(self.sh):
             rows, top = _phase_taps(ph, pt, self.sh, self.kh)
             for pw in range(self.sw):
@@ -294,13 +286,8 @@ class Conv2d(PointwiseProducts, Layer):
                 if rows is None or cols is None:
                     dx5[:, ph::self.sh, pw::self.sw] = 0
                     continue
-                (r0, r1, rstep), (c0, c1, cstep) = rows.indices(self.kh), cols.indices(self.kw)
-                taps = (g, len(range(r0, r1, rstep)), len(range(c0, c1, cstep)), cog, cgp)
-                wt = self._temp("conv_weight", taps)  # [G, KH', KW', Cog, Cg]: this phase's taps, flipped
-                if cgp != cg:
-                    wt[..., cg:] = 0
-                WL.to_input_grad_taps(w5, wt[..., :cg], r0, rstep, c0, cstep)
-                self._direct_conv(dy5, wt, dx5, 1, 1, top, left, (ph, pw, self.sh, self.sw))
+                self._direct_conv(dy5, np.ascontiguousarray(wt[:, rows][:, :, cols]), dx5, 1, 1, top, left,
+                                  (ph, pw, self.sh, self.sw))
         if not D.vec_for(cg):
             np.copyto(self._split(dx), dx5[..., :cg])
         return dx

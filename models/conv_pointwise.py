@@ -96,9 +96,9 @@ class PointwiseProducts:
         run = max(d for d in range(1, min(128, max(m // (2 * WGRAD_CHUNKS), 1)) + 1) if m % d == 0)
         x5, dy5 = x2.reshape(1, m // run, run, 1, self.cin), dy2.reshape(1, m // run, run, 1, self.cout)
         if D.vec_for(self.cin):
-            grad[...] = self._weight_grad(dy5, x5, (0, 0)).sum(axis=0)[0, 0, 0]  # (partials, in order)
+            grad[...] = self._weight_grad(dy5, x5, (0, 0))[0, 0, 0]
         else:
-            grad[...] = self._weight_grad(x5, dy5, (0, 0)).sum(axis=0)[0, 0, 0].T
+            grad[...] = self._weight_grad(x5, dy5, (0, 0))[0, 0, 0].T
 
     def _pointwise_weight_grad(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a^T @ b by the pointwise kernel: ``WGRAD_CHUNKS`` partials (whole chunks per thread), summed in order."""
