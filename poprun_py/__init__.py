@@ -15,7 +15,6 @@ import this package too, start without numpy.
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 __version__ = "0.1.0"
 
@@ -34,7 +33,7 @@ _ELSEWHERE = {"Communicator": "poprun_py.comm", "LoopbackComm": "poprun_py.comm"
 __all__ = sorted([*_API, *_ELSEWHERE])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # (no typing import: the agent starts once per instance)
     if name in _API:
         return getattr(importlib.import_module("poprun_py.api"), name)
     if name in _ELSEWHERE:

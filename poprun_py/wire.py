@@ -8,7 +8,6 @@ written at once. Anything else on the stream (the MPI launcher's own messages) p
 from __future__ import annotations
 
 import json
-from typing import Any
 
 MARK = b"\x1e"
 
@@ -19,11 +18,11 @@ PROGRESS = "progress"  # i, what, n (reports so far)
 EXIT = "exit"  # i, code, signal, duration, stopped, ended_at (epoch s), error (dict|None), tail (list[str])
 
 
-def encode(kind: str, **fields: Any) -> bytes:
+def encode(kind: str, **fields: object) -> bytes:  # (no typing import: see poprun_py/__init__.py)
     return MARK + json.dumps({"t": kind, **fields}, separators=(",", ":")).encode() + b"\n"
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
+def decode(line: bytes) -> dict[str, object] | None:
     """The record in ``line``, or None for a line that is not one of ours."""
     if not line.startswith(MARK):
         return None
