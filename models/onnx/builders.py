@@ -11,6 +11,7 @@ import numpy as np
 from models.conv import same_pads
 from models.norm import GroupNorm
 from models.onnx.ir import Node
+from models.onnx.op_table import CEIL_MODE_FIX
 from models.onnx.ops import NCHW_TO_NHWC, GraphOp, LayerOp
 from models.onnx.ops_attention import MatMul, Softmax
 from models.onnx.ops_norm import LayerNorm
@@ -49,7 +50,7 @@ class PoolNormAttention:
         got = layer.out_shape(tuple(n.input_shapes[0][i] for i in NCHW_TO_NHWC))
         if tuple(got) != want:  # onnx's shape inference and torch's size rule disagree (ceil mode)
             raise self.fail(n, f"the graph says the output is {list(n.output_shapes[0])}, torch's pooling gives "
-                               f"{[got[i] for i in (0, 3, 1, 2)]}")
+                               f"{[got[i] for i in (0, 3, 1, 2)]}", CEIL_MODE_FIX if layer.ceil_mode else "")
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], layer)
 
     def max_pool(self, n: Node) -> GraphOp:

@@ -63,8 +63,8 @@ RULES: tuple[OpRule, ...] = (
            pattern="also torch's Reshape, InstanceNormalization, Reshape, Mul, Add"),
     OpRule("InstanceNormalization", "norm", "GroupNorm", "an image batch; a group per channel", cost_as="group"),
     OpRule("LayerNormalization", "norm", "LayerNorm", "any axis but the batch's; scale (and bias) initializers",
-           cost_as="group", pattern="Transpose, over the last axis, Transpose (torch's channels-last LayerNorm2d) "
-           "runs as one norm of the channels"),
+           cost_as="group", pattern="also Transpose(0, 2, 3, 1), LayerNormalization of the last "
+           "axis, Transpose(0, 3, 1, 2) (torch's channels-last LayerNorm2d) as one norm of the NHWC channels"),
     OpRule("Relu", "activation", "Activation", cost_as="relu"),
     OpRule("Clip", "activation", "Unary", cost_as="relu"),
     OpRule("Sigmoid", "activation", "Activation", cost_as="swish"),
@@ -109,6 +109,8 @@ EXPORT_FIXES = {
            "to write it as one Gelu node",
 }
 # What makes an imported graph train when an attribute stops it (network.py's blockers)
+CEIL_MODE_FIX = ("onnx's shape inference counts a last window that starts in the padding, torch does not: build the "
+                 "pooling with ceil_mode=False, or for an image size where the two agree")
 EVAL_EXPORT_FIX = ("this looks like an eval-mode export (batch norm folded into the convolutions, equal folded "
                    "weights stored once): re-export in training mode, torch.onnx.export(model.train(), ..., "
                    "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)")
