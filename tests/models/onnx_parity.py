@@ -11,6 +11,11 @@ from models.onnx.network import graph_model
 from tests.models.onnx_exports import training_export
 
 
+def graph_ops(model) -> list:
+    """The graph model's ops, in order."""
+    return [op for block in model._blocks for op in block.ops]
+
+
 def to_nhwc(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 
