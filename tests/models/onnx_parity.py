@@ -11,6 +11,22 @@ from models.onnx.network import graph_model
 from tests.models.onnx_exports import training_export
 
 
+class OpLayer:
+    """A one-input graph op as a layer for ``gradcheck.check_layer``."""
+
+    def __init__(self, op) -> None:
+        self.op = op
+
+    def forward(self, x, training):
+        return self.op.forward([x], training)
+
+    def backward(self, dy):
+        return self.op.backward(dy)[0]
+
+    def params(self):
+        return self.op.params()
+
+
 def graph_ops(model) -> list:
     """The graph model's ops, in order."""
     return [op for block in model._blocks for op in block.ops]

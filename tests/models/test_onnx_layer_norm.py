@@ -11,26 +11,10 @@ import pytest
 from models.norm import GroupNorm
 from models.onnx.ops_norm import LayerNorm
 from tests.models.gradcheck import check_layer
-from tests.models.onnx_parity import assert_step_equals_torch, graph_ops
+from tests.models.onnx_parity import OpLayer, assert_step_equals_torch, graph_ops
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-
-
-class _OpLayer:
-    """A graph op as a one-input layer for ``gradcheck.check_layer``."""
-
-    def __init__(self, op) -> None:
-        self.op = op
-
-    def forward(self, x, training):
-        return self.op.forward([x], training)
-
-    def backward(self, dy):
-        return self.op.backward(dy)[0]
-
-    def params(self):
-        return self.op.params()
 
 
 @pytest.mark.parametrize("onnx_layout", [False, True])
@@ -42,7 +26,7 @@ def test_layer_norm_backward_matches_finite_differences_in_float64(onnx_layout):
     layer.weight.data[...] = rng.standard_normal(k)
     layer.bias.data[...] = rng.standard_normal(k)
     op = LayerNorm("ln", ["x"], "y", layer, onnx_layout, (True, True), 3)
-    check_layer(_OpLayer(op), rng.standard_normal((2, 4, 5, 3)) * 2 + 1, samples=30, rtol=1e-6)
+    check_layer(OpLayer(op), rng.standard_normal((2, 4, 5, 3)) * 2 + 1, samples=30, rtol=1e-6)
 
 
 class Tokens(nn.Module):
