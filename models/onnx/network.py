@@ -38,11 +38,10 @@ from models.model import Model
 from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.builders import PoolNormAttention
-from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
+from models.onnx.fuse_ops import fuse_channels_last, fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
 from models.onnx.op_table import EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
-from models.onnx.ops_norm import fuse_channels_last
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
 from models.pool import Dropout

@@ -10,7 +10,7 @@ layout the view is free:
 - an image batch normalised from ``axis=1`` (C, H, W): the engine's NHWC rows; the weights are kept in
   (H, W, C) order and written back as (C, H, W);
 - torch's channels-last layer norm (ConvNeXt's ``LayerNorm2d``: ``Transpose(0, 2, 3, 1)``, normalise the last
-  axis, ``Transpose(0, 3, 1, 2)``), which :func:`fuse_channels_last` makes one op over the NHWC channels.
+  axis, ``Transpose(0, 3, 1, 2)``), which ``fuse_ops.fuse_channels_last`` makes one op over the NHWC channels.
 
 Any other axis of an image batch goes through ONNX's layout (a transposed copy each way).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.norm import GroupNorm
-from models.onnx.ops import GraphOp, Move, from_onnx, to_onnx
+from models.onnx.ops import GraphOp, from_onnx, to_onnx
 from models.param import Param
 
 
@@ -53,31 +53,3 @@ class LayerNorm(GraphOp):
 
     def backward(self, dy):
         return [self._back(self.layer.backward(self._rows(dy)))]
-
-
-CHANNELS_LAST, CHANNELS_FIRST = [0, 2, 3, 1], [0, 3, 1, 2]
-
-
-def fuse_channels_last(ops: list[GraphOp], output: str) -> list[GraphOp]:
-    """``Transpose(0, 2, 3, 1)``, a layer norm of the last axis in ONNX's layout, ``Transpose(0, 3, 1, 2)``, each
-    tensor between read once: one layer norm of the engine's NHWC channels (the same values, no copies)."""
-    readers: dict[str, int] = {}
-    for op in ops:
-        for t in op.inputs:
-            readers[t] = readers.get(t, 0) + 1
-    by_input = {op.inputs[0]: op for op in ops if op.inputs}
-    replace, dropped = {}, set()
-    for first in ops:
-        if not isinstance(first, Move) or first.perm != CHANNELS_LAST or readers.get(first.output) != 1:
-            continue
-        norm = by_input.get(first.output)
-        if not isinstance(norm, LayerNorm) or not norm.onnx_layout or norm.output == output \
-                or readers.get(norm.output) != 1:
-            continue
-        last = by_input.get(norm.output)
-        if not isinstance(last, Move) or last.perm != CHANNELS_FIRST or norm.axis != 3:
-            continue
-        fused = LayerNorm(norm.name, first.inputs, last.output, norm.layer, False, norm.learned, 3)
-        replace[id(first)] = fused
-        dropped.update((id(norm), id(last)))
-    return [replace.get(id(op), op) for op in ops if id(op) not in dropped]
