@@ -87,7 +87,7 @@ def _im2col_products(x5, w_shape, out_hw, sh, sw, pt, pl):
     n, h, w, g, cg = x5.shape
     kh, kw = w_shape
     cols = np.empty((g, n * out_hw[0] * out_hw[1], kh * kw * cg), x5.dtype)
-    C.im2col(np.ascontiguousarray(x5).reshape(n, h, w, g * cg), cols, out_hw[0], out_hw[1], kh, kw, sh, sw, pt, pl)
+    C.im2col(np.ascontiguousarray(x5).reshape(n, h, w, g * cg), cols, out_hw[0], out_hw[1], kh, kw, sh, sw, pt, pl, 1, 1)
     return cols
 
 

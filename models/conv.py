@@ -10,12 +10,13 @@ state_dict, so parameters and gradients need no conversion. Three paths:
 * direct (grouped, both group widths multiples of 16, e.g. G16): register-blocked numba kernels
   on the ``[N, H, W, G, Cg]`` view, no im2col (``kernels/direct_conv.py``); the input gradient
   is a convolution of ``dy`` with the flipped kernel, one per stride phase;
-* everything else (regular, other grouped): im2col into reused per-group columns
-  ``[G, N*Ho*Wo, KH*KW*Cg]``, then one batched GEMM; backward uses col2im.
+* everything else (regular, other grouped, and any dilated convolution): im2col into reused per-group
+  columns ``[G, N*Ho*Wo, KH*KW*Cg]``, then one batched GEMM; backward uses col2im.
 
 Padding: ``"same"`` is TensorFlow's (output ``ceil(H/stride)``, extra pixel at the bottom/
 right), ``"symmetric"`` is PyTorch's ``(k-1)//2`` on every side, an int or a
-``(top, bottom, left, right)`` tuple is explicit.
+``(top, bottom, left, right)`` tuple is explicit. ``dilation`` (torch's) spaces the kernel's taps; the
+paddings and the output size are those of the dilated kernel, ``(k - 1) * dilation + 1`` wide.
 """
 
 from __future__ import annotations
@@ -80,12 +81,17 @@ class Conv2d(PointwiseProducts, Layer):
 
     def __init__(self, name: str, block: str, cin: int, cout: int, kernel: int | tuple[int, int],
                  stride: int = 1, padding="symmetric", groups: int = 1, bias: bool = False,
-                 dtype=np.float32, rng: np.random.Generator | None = None) -> None:
+                 dtype=np.float32, rng: np.random.Generator | None = None,
+                 dilation: int | tuple[int, int] = 1) -> None:
         super().__init__(name, block, dtype)
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         if groups < 1 or cin % groups or cout % groups:
             raise ValueError(f"conv {name}: groups={groups} must divide in={cin} and out={cout} channels")
+        dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+        if dh < 1 or dw < 1:
+            raise ValueError(f"conv {name}: dilation must be >= 1, got {dilation}")
         self.cin, self.cout, self.kh, self.kw, self.groups = cin, cout, kh, kw, groups
+        self.dh, self.dw = (dh if kh > 1 else 1), (dw if kw > 1 else 1)  # a 1-wide kernel has nothing to space
         self.sh, self.sw = (stride, stride) if isinstance(stride, int) else stride
         resolve_padding(padding, kh, kw, self.sh, self.sw, 1, 1)  # validate early
         self.padding = padding
@@ -95,7 +101,9 @@ class Conv2d(PointwiseProducts, Layer):
         w = rng.standard_normal((cout, cin // groups, kh, kw)) * std
         self.weight = Param(self._key("weight"), w.astype(self.dtype), "weight")
         self.bias = Param(self._key("bias"), np.zeros(cout, self.dtype), "bias") if bias else None
-        if kh == kw == 1 and self.sh == self.sw == 1 and groups == 1 and self._pads(1, 1) == (0, 0, 0, 0):
+        if (self.dh, self.dw) != (1, 1):
+            self.path = "im2col"  # the one path whose kernels take a dilation
+        elif kh == kw == 1 and self.sh == self.sw == 1 and groups == 1 and self._pads(1, 1) == (0, 0, 0, 0):
             self.path = "pointwise"
         elif groups == cin == cout:
             self.path = "depthwise"
@@ -109,13 +117,19 @@ class Conv2d(PointwiseProducts, Layer):
     def params(self) -> list[Param]:
         return [self.weight] + ([self.bias] if self.bias is not None else [])
 
+    @property
+    def span(self) -> tuple[int, int]:
+        """The kernel's extent in the input, dilation included."""
+        return (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
+
     def _pads(self, h: int, w: int):
-        return resolve_padding(self.padding, self.kh, self.kw, self.sh, self.sw, h, w)
+        return resolve_padding(self.padding, *self.span, self.sh, self.sw, h, w)
 
     def out_shape(self, shape: Shape) -> Shape:
         n, h, w, _ = shape
         pt, pb, pl, pr = self._pads(h, w)
-        return n, (h + pt + pb - self.kh) // self.sh + 1, (w + pl + pr - self.kw) // self.sw + 1, self.cout
+        eh, ew = self.span
+        return n, (h + pt + pb - eh) // self.sh + 1, (w + pl + pr - ew) // self.sw + 1, self.cout
 
     # -- forward / backward --------------------------------------------------------------
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
@@ -306,7 +320,7 @@ class Conv2d(PointwiseProducts, Layer):
         pt, _, pl, _ = self._pads(x.shape[1], x.shape[2])
         p = n * ho * wo
         cols = self._buf("cols", (g, p, self.kh * self.kw * self.cin // g))
-        K.im2col(x, cols, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
+        K.im2col(x, cols, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl, self.dh, self.dw)
         self.cols = cols  # kept for the weight gradient
         wg = self._group_weight()
         if g == 1:
@@ -341,7 +355,7 @@ class Conv2d(PointwiseProducts, Layer):
             _gemm.matmul_batched(dyg, self._group_weight().transpose(0, 2, 1), dcols)
         pt, _, pl, _ = self._pads(self.x_shape[1], self.x_shape[2])
         dx = self._grad_buf(self.x_shape)
-        K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl)
+        K.col2im(dcols, dx, ho, wo, self.kh, self.kw, self.sh, self.sw, pt, pl, self.dh, self.dw)
         return dx
 
     # -- cost model ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Max pooling, global average pooling, dropout and stochastic depth (drop-connect)."""
+"""Max and average pooling (torch's: any kernel, stride and padding, floor or ceil mode), global average
+pooling, dropout and stochastic depth (drop-connect)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def broadcast_spatial(g, dx, scale):
 
 
 @compiled_kernel(parallel=True)
-def max_pool_forward(x, y, arg, k, s, pad):
-    """y[n, i, j, c] = max of x over the k x k window at (i*s - pad, j*s - pad), ignoring padding;
+def max_pool_forward(x, y, arg, kh_, kw_, sh, sw, pt, pl):
+    """y[n, i, j, c] = max of x over the kh x kw window at (i*sh - pt, j*sw - pl), ignoring padding;
     arg = the flat input position h*W + w of the first maximum in row-major order (torch's choice)."""
     n_, h_, w_, c_ = x.shape
     _, ho_, wo_, _ = y.shape
@@ -44,16 +45,16 @@ def max_pool_forward(x, y, arg, k, s, pad):
         n, i = t // ho_, t % ho_
         for j in range(wo_):
             out, where = y[n, i, j], arg[n, i, j]
-            start = max(i * s - pad, 0) * w_ + max(j * s - pad, 0)
+            start = max(i * sh - pt, 0) * w_ + max(j * sw - pl, 0)
             for c in range(c_):
                 out[c] = -np.inf
                 where[c] = start
-            for kh in range(k):
-                h = i * s - pad + kh
+            for kh in range(kh_):
+                h = i * sh - pt + kh
                 if h < 0 or h >= h_:
                     continue
-                for kw in range(k):
-                    w = j * s - pad + kw
+                for kw in range(kw_):
+                    w = j * sw - pl + kw
                     if w < 0 or w >= w_:
                         continue
                     row = x[n, h, w]
@@ -79,30 +80,63 @@ def max_pool_backward(dy, arg, dx):
                     dx[n, p // w_, p % w_, c] += g[c]
 
 
-class MaxPool2d(Layer):
-    """torch ``MaxPool2d(kernel, stride, padding)`` (floor mode) over NHWC; padding never wins.
-    Keeps the position of each maximum (int32, one per output element)."""
+def pool_size(size: int, k: int, s: int, before: int, after: int, ceil: bool) -> int:
+    """torch's pooled size: floor or ceil of (size + pads - k) / s, plus one; in ceil mode the last window
+    must start inside the image or its leading padding."""
+    span = size + before + after - k
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + before:
+        out -= 1
+    return out
+
+
+class _Window(Layer):
+    """A pooling window: ``kernel`` and ``stride`` (an int or (h, w)), ``padding`` (an int or (top, bottom,
+    left, right), each at most half the kernel, as torch) and ``ceil_mode``."""
 
     kind = "pool"
 
-    def __init__(self, name: str, block: str, kernel: int, stride: int, padding: int = 0, dtype=np.float32) -> None:
+    def __init__(self, name, block, kernel, stride, padding, ceil_mode, dtype) -> None:
         super().__init__(name, block, dtype)
-        if kernel < 1 or stride < 1 or not 0 <= padding <= kernel // 2:
-            raise ValueError(f"max pool {name}: need kernel >= 1, stride >= 1 and 0 <= padding <= kernel // 2 "
+        self.kh, self.kw = (kernel, kernel) if isinstance(kernel, int) else tuple(kernel)
+        self.sh, self.sw = (stride, stride) if isinstance(stride, int) else tuple(stride)
+        self.pads = (padding,) * 4 if isinstance(padding, int) else tuple(int(p) for p in padding)
+        pt, pb, pl, pr = self.pads
+        if min(self.kh, self.kw, self.sh, self.sw) < 1 or len(self.pads) != 4 or min(self.pads) < 0 \
+                or max(pt, pb) > self.kh // 2 or max(pl, pr) > self.kw // 2:
+            raise ValueError(f"{self.what} {name}: need kernel >= 1, stride >= 1 and 0 <= padding <= kernel // 2 "
                              f"(as torch), got kernel={kernel}, stride={stride}, padding={padding}")
-        self.k, self.s, self.pad = kernel, stride, padding
+        self.ceil_mode = bool(ceil_mode)
 
     def out_shape(self, shape: Shape) -> Shape:
         n, h, w, c = shape
-        ho, wo = (h + 2 * self.pad - self.k) // self.s + 1, (w + 2 * self.pad - self.k) // self.s + 1
+        pt, pb, pl, pr = self.pads
+        ho = pool_size(h, self.kh, self.sh, pt, pb, self.ceil_mode)
+        wo = pool_size(w, self.kw, self.sw, pl, pr, self.ceil_mode)
         if ho < 1 or wo < 1:
-            raise ValueError(f"max pool {self.name}: input {h}x{w} is smaller than the {self.k}x{self.k} window")
+            raise ValueError(f"{self.what} {self.name}: input {h}x{w} is smaller than the {self.kh}x{self.kw} window")
         return n, ho, wo, c
+
+    def profile(self, shape: Shape):
+        e = int(np.prod(self.out_shape(shape)))
+        return [self._record(shape, self.kh * self.kw * e, e, e)]
+
+
+class MaxPool2d(_Window):
+    """torch ``MaxPool2d(kernel, stride, padding, ceil_mode=...)`` over NHWC; padding never wins.
+    Keeps the position of each maximum (int32, one per output element)."""
+
+    what = "max pool"
+
+    def __init__(self, name: str, block: str, kernel, stride, padding=0, dtype=np.float32,
+                 ceil_mode: bool = False) -> None:
+        super().__init__(name, block, kernel, stride, padding, ceil_mode, dtype)
 
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
         out = self.out_shape(x.shape)
         y, arg = self._buf("y", out), self._buf("arg", out, np.int32)
-        max_pool_forward(np.ascontiguousarray(x), y, arg, self.k, self.s, self.pad)
+        max_pool_forward(np.ascontiguousarray(x), y, arg, self.kh, self.kw, self.sh, self.sw, self.pads[0],
+                         self.pads[2])
         self.x_shape, self.arg = x.shape, arg
         return y
 
@@ -111,9 +145,75 @@ class MaxPool2d(Layer):
         max_pool_backward(np.ascontiguousarray(dy), self.arg, dx)
         return dx
 
-    def profile(self, shape: Shape):
-        e = int(np.prod(self.out_shape(shape)))
-        return [self._record(shape, self.k * self.k * e, e, e)]
+
+def _counts(size: int, out: int, k: int, s: int, before: int, after: int, include_pad: bool) -> np.ndarray:
+    """Per output position along one axis, the window's rows that torch divides by: those inside the image, or
+    (``include_pad``) inside the image and its padding (not the extra rows of ceil mode)."""
+    start = np.arange(out) * s - before
+    end = np.minimum(start + k, size + after)
+    if include_pad:
+        return end - start
+    return np.minimum(end, size) - np.maximum(start, 0)
+
+
+class AvgPool2d(_Window):
+    """torch ``AvgPool2d(kernel, stride, padding, ceil_mode, count_include_pad)`` over NHWC: each window's sum
+    (zero padding) divided by its size, counting the padding or not; the extra rows and columns of ceil mode
+    never count. One strided add per kernel tap over the (padded) input, forward and backward. Keeps the input's
+    shape and the divisors."""
+
+    what = "average pool"
+
+    def __init__(self, name: str, block: str, kernel, stride, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, dtype=np.float32) -> None:
+        super().__init__(name, block, kernel, stride, padding, ceil_mode, dtype)
+        self.count_include_pad = bool(count_include_pad)
+
+    def _geometry(self, shape: Shape):
+        """The padded extent (rows, columns) the windows read, and the divisors [Ho, Wo, 1]."""
+        _, h, w, _ = shape
+        _, ho, wo, _ = self.out_shape(shape)
+        pt, pb, pl, pr = self.pads
+        rows = _counts(h, ho, self.kh, self.sh, pt, pb, self.count_include_pad)
+        cols = _counts(w, wo, self.kw, self.sw, pl, pr, self.count_include_pad)
+        extent = (max((ho - 1) * self.sh + self.kh, pt + h), max((wo - 1) * self.sw + self.kw, pl + w))
+        return extent, (rows[:, None] * cols[None, :])[:, :, None].astype(self.dtype)
+
+    def _taps(self, a: np.ndarray, ho: int, wo: int):
+        for i in range(self.kh):
+            for j in range(self.kw):
+                yield a[:, i:i + (ho - 1) * self.sh + 1:self.sh, j:j + (wo - 1) * self.sw + 1:self.sw]
+
+    def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
+        n, ho, wo, c = self.out_shape(x.shape)
+        (hp, wp), self.div = self._geometry(x.shape)
+        pt, _, pl, _ = self.pads
+        xp = x
+        if (hp, wp, pt, pl) != x.shape[1:3] + (0, 0):
+            xp = self._buf("padded", (n, hp, wp, c))
+            xp[...] = 0
+            xp[:, pt:pt + x.shape[1], pl:pl + x.shape[2]] = x
+        y = self._buf("y", (n, ho, wo, c))
+        y[...] = 0
+        for tap in self._taps(xp, ho, wo):
+            y += tap
+        y /= self.div
+        self.x_shape = x.shape
+        return y
+
+    def backward(self, dy: np.ndarray) -> np.ndarray:
+        n, h, w, c = self.x_shape
+        _, ho, wo, _ = dy.shape
+        (hp, wp), _ = self._geometry(self.x_shape)
+        pt, _, pl, _ = self.pads
+        g = dy / self.div
+        dxp = self._buf("padded", (n, hp, wp, c))
+        dxp[...] = 0
+        for tap in self._taps(dxp, ho, wo):
+            tap += g
+        dx = self._grad_buf(self.x_shape)
+        np.copyto(dx, dxp[:, pt:pt + h, pl:pl + w])
+        return dx
 
 
 class GlobalAvgPool(Layer):

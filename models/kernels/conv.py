@@ -103,8 +103,9 @@ def dw_backward_weight(x, dy, partial, sh, sw, pt, pl):
 
 
 @compiled_kernel(parallel=True)
-def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
-    """cols[g, p, (kh*KW+kw)*Cg + c] = x[n, hi, wi, g*Cg + c], zero outside the image."""
+def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl, dh, dw):
+    """cols[g, p, (kh*KW+kw)*Cg + c] = x[n, hi, wi, g*Cg + c] with hi = ho*sh - pt + kh*dh (``dh``, ``dw``:
+    the dilation; 1 for none), zero outside the image."""
     n_, h_, w_, _ = x.shape
     groups, _, k = cols.shape
     cg = k // (kh_ * kw_)
@@ -114,9 +115,9 @@ def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
         for wo in range(wo_):
             p = r * wo_ + wo
             for kh in range(kh_):
-                hi = ho * sh - pt + kh
+                hi = ho * sh - pt + kh * dh
                 for kw in range(kw_):
-                    wi = wo * sw - pl + kw
+                    wi = wo * sw - pl + kw * dw
                     base = (kh * kw_ + kw) * cg
                     inside = 0 <= hi < h_ and 0 <= wi < w_
                     for g in range(groups):
@@ -131,8 +132,9 @@ def im2col(x, cols, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
 
 
 @compiled_kernel(parallel=True)
-def col2im(dcols, dx, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
-    """dx = the adjoint of im2col: scatter-add column gradients back (one image per thread)."""
+def col2im(dcols, dx, ho_, wo_, kh_, kw_, sh, sw, pt, pl, dh, dw):
+    """dx = the adjoint of im2col (dilation ``dh``, ``dw``): scatter-add column gradients back (one image per
+    thread)."""
     n_, h_, w_, _ = dx.shape
     groups, _, k = dcols.shape
     cg = k // (kh_ * kw_)
@@ -142,11 +144,11 @@ def col2im(dcols, dx, ho_, wo_, kh_, kw_, sh, sw, pt, pl):
             for wo in range(wo_):
                 p = (n * ho_ + ho) * wo_ + wo
                 for kh in range(kh_):
-                    hi = ho * sh - pt + kh
+                    hi = ho * sh - pt + kh * dh
                     if hi < 0 or hi >= h_:
                         continue
                     for kw in range(kw_):
-                        wi = wo * sw - pl + kw
+                        wi = wo * sw - pl + kw * dw
                         if wi < 0 or wi >= w_:
                             continue
                         base = (kh * kw_ + kw) * cg
@@ -163,5 +165,6 @@ def im2col_weight_grad(x5, dy5, kh, kw, sh, sw, pt, pl, cols, out):
     [G, N*Ho*Wo, KH*KW*Cg], then cols[g]^T @ dy[g] for each group (BLAS)."""
     n, h, w, g, cg = x5.shape
     cog = dy5.shape[4]
-    im2col(np.ascontiguousarray(x5).reshape(n, h, w, g * cg), cols, dy5.shape[1], dy5.shape[2], kh, kw, sh, sw, pt, pl)
+    im2col(np.ascontiguousarray(x5).reshape(n, h, w, g * cg), cols, dy5.shape[1], dy5.shape[2], kh, kw, sh, sw, pt, pl,
+           1, 1)
     return _gemm.matmul_batched(cols.transpose(0, 2, 1), dy5.reshape(-1, g, cog).transpose(1, 0, 2), out)

@@ -10,6 +10,9 @@ bits) and keeps fewer tensors.
   ``SqueezeExcitation`` layer, holding the two convolutions' parameters (their initializers' names and
   layouts: OIHW ``[S, C, 1, 1]`` and ``[C, S, 1, 1]``, as ``models/se.py``). Six ops compute it with
   other roundings (a 1x1 convolution of a 1x1 image is not the layer's small matrix product).
+- ``fuse_channels_last``: torch's channels-last layer norm (``Transpose``, layer norm of the last axis,
+  ``Transpose`` back: ConvNeXt's ``LayerNorm2d``) becomes one ``LayerNorm`` of the engine's NHWC channels: the
+  same values without the two transposed copies.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import numpy as np
 from models.activation import Activation
 from models.conv import Conv2d
 from models.norm import ACTS, BatchNorm2d, GroupNorm
-from models.onnx.ops import Binary, LayerOp, GraphOp
+from models.onnx.ops import Binary, LayerOp, GraphOp, Move
+from models.onnx.ops_norm import LayerNorm
 from models.onnx.patterns import squeeze_excite_chains
 from models.pool import GlobalAvgPool
 from models.se import SqueezeExcitation
@@ -80,4 +84,28 @@ def fuse_squeeze_excite(ops: list[GraphOp], graph, dtype) -> list[GraphOp]:
         se.w1, se.b1, se.w2, se.b2 = c1.weight, c1.bias, c2.weight, c2.bias
         replace[id(mul)] = LayerOp(mul.name, [x], mul.output, se)
         dropped.update(id(op) for op in (gate, conv2, act, conv1, pool))
+    return [replace.get(id(op), op) for op in ops if id(op) not in dropped]
+
+
+CHANNELS_LAST, CHANNELS_FIRST = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+def fuse_channels_last(ops: list[GraphOp], output: str) -> list[GraphOp]:
+    """``Transpose(0, 2, 3, 1)``, a layer norm of the last axis in ONNX's layout, ``Transpose(0, 3, 1, 2)``, each
+    tensor between read once: one layer norm of the engine's NHWC channels (the same values, no copies)."""
+    readers = _readers(ops)
+    replace, dropped = {}, set()
+    for first in ops:
+        if not isinstance(first, Move) or first.perm != CHANNELS_LAST or len(readers.get(first.output, [])) != 1:
+            continue
+        norm = readers[first.output][0]
+        if not isinstance(norm, LayerNorm) or not norm.onnx_layout or norm.output == output \
+                or len(readers.get(norm.output, [])) != 1:
+            continue
+        last = readers[norm.output][0]
+        if not isinstance(last, Move) or last.perm != CHANNELS_FIRST or norm.axis != 3:
+            continue
+        fused = LayerNorm(norm.name, first.inputs, last.output, norm.layer, False, norm.learned, 3)
+        replace[id(first)] = fused
+        dropped.update((id(norm), id(last)))
     return [replace.get(id(op), op) for op in ops if id(op) not in dropped]

@@ -155,9 +155,12 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
     return out
 
 
-def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str]) -> onnx.ModelProto:
+def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str],
+          transposed: dict[str, tuple[str, tuple[int, ...]]], folded: set[str]) -> onnx.ModelProto:
     """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
-    of each folded value that only reshapes one (``op_table.RESHAPES``)."""
+    of each folded value that only reshapes one (``op_table.RESHAPES``), ``transposed`` the initializer and the
+    permutation of each that transposes one (torch's ``Linear`` on more than two axes: ``MatMul(x,
+    Transpose(weight))``), ``folded`` the name of every folded value."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     files = set(consts)
@@ -180,9 +183,12 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
             keep.append(node)
             continue
         consts[node.output[0]] = value
+        folded.add(node.output[0])
         source = origins.get(node.input[0], node.input[0]) if node.input else None
         if node.op_type in RESHAPES and source in files and np.size(value) == np.size(consts[node.input[0]]):
             origins[node.output[0]] = source
+        elif node.op_type == "Transpose" and node.input[0] in files:
+            transposed[node.output[0]] = (node.input[0], tuple(attrs.get("perm", range(value.ndim - 1, -1, -1))))
         g.initializer.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
     initialized = {t.name for t in g.initializer}
     used = {t for n in keep for t in n.input} | {o.name for o in g.output}
@@ -285,7 +291,9 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
         raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
     name, input_shape = _fix_input(model, where, image_size, batch_size)
     origins: dict[str, str] = {}
-    model = _fold(_infer(model, where), opset, where, origins)
+    transposed: dict[str, tuple[str, tuple[int, ...]]] = {}
+    folded: set[str] = set()
+    model = _fold(_infer(model, where), opset, where, origins, transposed, folded)
     model = _infer(model, where)
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
@@ -304,4 +312,4 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     out_shapes = tuple(_static(t, shapes, model.graph.node[-1], where) for t in outputs)
     return Graph(model.graph.name or os.path.basename(where), name, input_shape, outputs, out_shapes, nodes,
                  consts, params, opset, {k: tuple(v) for k, v in shapes.items() if all(isinstance(d, int) for d in v)},
-                 origins)
+                 origins, transposed, frozenset(folded))

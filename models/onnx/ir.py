@@ -61,6 +61,14 @@ class Graph:
     opset: int
     shapes: dict[str, tuple[int, ...]]
     origins: dict[str, str] = field(default_factory=dict)  # a folded reshape of an initializer -> that initializer
+    # a folded transpose of an initializer -> that initializer and the permutation
+    transposed: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    folded: frozenset[str] = frozenset()  # every value folded from constants (not the file's initializers)
+
+    def learned(self, name: str) -> bool:
+        """Whether a constant is (a reshape or transpose of) one of the file's initializers, not a value the
+        graph computes from constants (as torch's zero bias of a ``LayerNorm(bias=False)``)."""
+        return name not in self.folded or name in self.origins or name in self.transposed
 
 
 @dataclass(frozen=True)

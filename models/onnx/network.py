@@ -37,13 +37,14 @@ from models.layer import Layer, Rng
 from models.model import Model
 from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
-from models.onnx.fuse_ops import fuse_norm_act, fuse_squeeze_excite
+from models.onnx.builders import PoolNormAttention
+from models.onnx.fuse_ops import fuse_channels_last, fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
-from models.onnx.op_table import CEIL_MODE_FIX, EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
+from models.onnx.op_table import EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
 from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
-from models.pool import Dropout, GlobalAvgPool, MaxPool2d
+from models.pool import Dropout
 
 TRAINABLE_OPS = trainable_text()  # the op table's (op_table.py), in words
 
@@ -147,7 +148,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
         raise OnnxImportError(f"{shown or graph.name}: cannot train{'' if len(blockers) > 1 else ':'} "
                               f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}")
     ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
-    ops = fuse_norm_act(ops, graph.outputs[0])
+    ops = fuse_channels_last(fuse_norm_act(ops, graph.outputs[0]), graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
             and not any(isinstance(op.layer, Dense) and op.output == graph.outputs[0] for op in ops):
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
@@ -175,7 +176,7 @@ class _Blocked(OnnxImportError):
         self.blocker = blocker
 
 
-class _Builder:
+class _Builder(PoolNormAttention):
     def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None) -> None:
         self.g, self.dtype, self.rng = graph, np.dtype(dtype), rng
         self.init_rng = np.random.default_rng(seed)
@@ -205,8 +206,8 @@ class _Builder:
     # -- nodes -------------------------------------------------------------------------------
     def conv(self, n: Node) -> GraphOp:
         a = n.attrs
-        if any(d != 1 for d in a.get("dilations", [1, 1])) or len(n.input_shapes[0]) != 4:
-            raise self.fail(n, "only 2-D convolutions without dilation")
+        if len(n.input_shapes[0]) != 4:
+            raise self.fail(n, "only 2-D convolutions")
         w = self.const(n.inputs[1])
         if w is None:
             raise self.fail(n, "the weight must be an initializer")
@@ -224,7 +225,7 @@ class _Builder:
             raise self.fail(n, f"auto_pad {auto}")
         bias = len(n.inputs) > 2 and bool(n.inputs[2])
         layer = Conv2d(n.name, n.name, cin_g * groups, cout, (kh, kw), tuple(a.get("strides", [1, 1])), padding,
-                       groups, bias, self.dtype)
+                       groups, bias, self.dtype, dilation=tuple(a.get("dilations", [1, 1])))
         layer.weight = self.param(n, n.inputs[1], w, "weight")
         if bias:
             layer.bias = self.param(n, n.inputs[2], self.const(n.inputs[2]), "bias")
@@ -277,23 +278,6 @@ class _Builder:
         layer.bias = self.param(n, offset, self.const(offset).reshape(c), "norm_offset", offset_to_onnx or to_onnx)
         return LayerOp(n.name, inputs, output, layer)
 
-    def max_pool(self, n: Node) -> GraphOp:
-        a = n.attrs
-        k, s, p = a.get("kernel_shape", [1, 1]), a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0])
-        if len(set(k)) != 1 or len(set(s)) != 1 or len(set(p)) != 1 or a.get("ceil_mode", 0) \
-                or any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("auto_pad", "NOTSET") != "NOTSET":
-            raise self.fail(n, "max pooling with a square kernel, one stride, symmetric pads, floor mode",
-                            CEIL_MODE_FIX if a.get("ceil_mode", 0) else "")
-        return LayerOp(n.name, n.inputs[:1], n.outputs[0], MaxPool2d(n.name, n.name, k[0], s[0], p[0], self.dtype))
-
-    def global_pool(self, n: Node) -> GraphOp:
-        if n.op == "AveragePool" and not (n.output_shapes[0][2:] == (1, 1) and not any(n.attrs.get("pads", [0]))
-                                          and list(n.attrs.get("kernel_shape", [])) == list(n.input_shapes[0][2:])):
-            raise self.fail(n, "average pooling over the whole image only")
-        out = n.output_shapes[0]
-        view = None if len(out) == 2 else (1, 1, out[1])
-        return LayerOp(n.name, n.inputs[:1], n.outputs[0], GlobalAvgPool(n.name, n.name, self.dtype), view)
-
     def binary(self, n: Node) -> GraphOp:
         rank = len(n.output_shapes[0])
         operands = []
@@ -324,9 +308,10 @@ class _Builder:
 
     # the op table's layer -> the method that builds it
     BUILDERS = {"Conv2d": "conv", "Dense": "dense", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm_node",
-                "Activation": "activation", "Unary": "unary", "Binary": "binary", "MaxPool2d": "max_pool",
-                "GlobalAvgPool": "global_pool", "Concat": "concat", "Dropout": "dropout", "DropPath": "drop_path",
-                "Move": "move"}
+                "LayerNorm": "layer_norm", "Activation": "activation", "Unary": "unary", "Binary": "binary",
+                "MaxPool2d": "max_pool", "AvgPool2d": "avg_pool", "GlobalAvgPool": "global_pool", "Concat": "concat",
+                "Dropout": "dropout", "DropPath": "drop_path", "Move": "move", "Softmax": "softmax",
+                "MatMul": "matmul"}
 
     def node(self, n: Node) -> GraphOp:
         """The engine op of one node: the builder of its layer in the op table (``op_table.OPS``)."""

@@ -53,15 +53,18 @@ PROFILE_RULES = {
 }
 
 RULES: tuple[OpRule, ...] = (
-    OpRule("Conv", "conv", "Conv2d", "2-D, grouped or depthwise; no dilation"),
+    OpRule("Conv", "conv", "Conv2d", "2-D, grouped or depthwise, dilated (on the im2col path)"),
     OpRule("Gemm", "dense", "Dense", "a constant weight; no transA, alpha = beta = 1"),
-    OpRule("MatMul", "dense", "Dense", "a constant weight"),
+    OpRule("MatMul", "dense", "MatMul", "a constant weight on [N, features] is a `Dense`; else numpy's matmul of "
+           "two computed tensors or one and a constant weight, batch dimensions broadcast"),
     OpRule("BatchNormalization", "norm", "BatchNorm2d", "batch statistics when training, running statistics kept",
            cost_as="batch"),
     OpRule("GroupNormalization", "norm", "GroupNorm", cost_as="group",
            pattern="also torch's Reshape, InstanceNormalization, Reshape, Mul, Add"),
     OpRule("InstanceNormalization", "norm", "GroupNorm", "an image batch; a group per channel", cost_as="group"),
-    OpRule("LayerNormalization", "norm", cost_as="group"),
+    OpRule("LayerNormalization", "norm", "LayerNorm", "any axis but the batch's; scale (and bias) initializers",
+           cost_as="group", pattern="also Transpose(0, 2, 3, 1), LayerNormalization of the last "
+           "axis, Transpose(0, 3, 1, 2) (torch's channels-last LayerNorm2d) as one norm of the NHWC channels"),
     OpRule("Relu", "activation", "Activation", cost_as="relu"),
     OpRule("Clip", "activation", "Unary", cost_as="relu"),
     OpRule("Sigmoid", "activation", "Activation", cost_as="swish"),
@@ -75,11 +78,13 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Mul", "binary", "Binary"),
     OpRule("Div", "binary", "Binary"),
     OpRule("Concat", "concat", "Concat"),
-    OpRule("MaxPool", "pool", "MaxPool2d", "a square kernel, one stride, symmetric pads, floor mode"),
-    OpRule("AveragePool", "pool", "GlobalAvgPool", "over the whole image"),
+    OpRule("MaxPool", "pool", "MaxPool2d", "any kernel, strides and pads (at most half the kernel), floor or ceil "
+           "mode; no dilation"),
+    OpRule("AveragePool", "pool", "AvgPool2d", "any kernel, strides and pads (at most half the kernel), floor or "
+           "ceil mode, count_include_pad 0 or 1; no dilation; over the whole image: `GlobalAvgPool`"),
     OpRule("GlobalAveragePool", "global_pool", "GlobalAvgPool"),
     OpRule("ReduceMean", "global_pool", "GlobalAvgPool", "over H and W of an image batch"),
-    OpRule("Softmax", "softmax"),
+    OpRule("Softmax", "softmax", "Softmax", "any axis"),
     OpRule("Dropout", "dropout", "Dropout"),
     OpRule("DropPath", "drop_path", "DropPath", pattern="torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)"),
     OpRule("Flatten", "movement", "Move"),
@@ -104,7 +109,8 @@ EXPORT_FIXES = {
            "to write it as one Gelu node",
 }
 # What makes an imported graph train when an attribute stops it (network.py's blockers)
-CEIL_MODE_FIX = "build the pooling with ceil_mode=False (the output is one row/column smaller where ceil adds one)"
+CEIL_MODE_FIX = ("onnx's shape inference counts a last window that starts in the padding, torch does not: build the "
+                 "pooling with ceil_mode=False, or for an image size where the two agree")
 EVAL_EXPORT_FIX = ("this looks like an eval-mode export (batch norm folded into the convolutions, equal folded "
                    "weights stored once): re-export in training mode, torch.onnx.export(model.train(), ..., "
                    "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)")

@@ -6,7 +6,9 @@ other ranks are as in ONNX.
 second implementation of those kernels here. The rest is element-wise numpy that the layer API has no
 layer for (broadcasting Add/Sub/Mul/Div, Clip, Tanh, HardSigmoid, HardSwish), data movement
 (Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity), Concat, and stochastic depth (``DropPath``,
-the engine's drop-connect factors).
+the engine's drop-connect factors). Layer norm (``ops_norm.LayerNorm``, on the engine's group norm) and the
+attention ops (``ops_attention``: Softmax, MatMul) are graph ops of their own files; windowed pooling is
+``LayerOp`` of the engine's ``MaxPool2d`` and ``AvgPool2d``.
 
 ``backward(dy)`` returns one gradient per computed input (None where none is needed) and *writes*
 ``param.grad`` for its parameters, as a layer does.

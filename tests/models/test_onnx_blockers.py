@@ -20,21 +20,25 @@ nn = torch.nn
 
 
 class Blocked(nn.Module):
-    """Two exact GELUs, a max pool in ceil mode, a dilated conv and a 2x2/2 average pool (ResNet-D's shortcut)."""
+    """Two exact GELUs, a max pool in ceil mode whose last window starts in the padding (torch drops it, onnx's
+    shape inference keeps it), a dilated conv, a dilated max pool, a 2x2/2 average pool (ResNet-D's shortcut) and
+    a layer norm over every axis, the batch's included."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(1, 4, 3, padding=1)
         self.bn = nn.BatchNorm2d(4)
         self.act1, self.act2 = nn.GELU(), nn.GELU()
-        self.pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.pool = nn.MaxPool2d(2, 2, padding=1, ceil_mode=True)
         self.dilated = nn.Conv2d(4, 4, 3, padding=2, dilation=2)
+        self.dilated_pool = nn.MaxPool2d(3, 1, 1, dilation=2)
         self.avg = nn.AvgPool2d(2, 2)
         self.fc = nn.Linear(4, 3)
 
     def forward(self, x):
         x = self.pool(self.act1(self.bn(self.conv(x))))
-        x = self.avg(self.act2(self.dilated(x)))
+        x = self.avg(self.dilated_pool(self.act2(self.dilated(x))))
+        x = nn.functional.layer_norm(x, x.shape)
         return self.fc(x.mean((2, 3)))
 
 
@@ -42,7 +46,7 @@ def test_the_importer_names_every_unsupported_op_at_once_with_the_opset_fix_for_
     """Below opset 20 torch writes exact GELU as Div, Erf, Add, Mul: both Erf nodes are named in one line with
     the export that writes Gelu, next to a second unsupported op (a TopK spliced in)."""
     torch.manual_seed(0)
-    model = onnx.load_from_string(training_export(Blocked(), torch.randn(2, 1, 16, 16), opset=17))
+    model = onnx.load_from_string(training_export(Blocked(), torch.randn(2, 1, 15, 15), opset=17))
     erfs = [n.name for n in model.graph.node if n.op_type == "Erf"]
     assert len(erfs) == 2
     # an op nothing reads, after the classifier
@@ -60,19 +64,22 @@ def test_the_importer_names_every_unsupported_op_at_once_with_the_opset_fix_for_
 
 
 def test_training_names_every_node_it_cannot_train_at_once_with_each_fix():
-    """At opset 20 the graph imports (Gelu is one node, which trains) and training refuses the ceil-mode max pool
-    (fix: ceil_mode=False), the dilated conv and the windowed average pool, in one line."""
+    """At opset 20 the graph imports (Gelu is one node, which trains) and training refuses, in one line, the ceil-mode
+    max pool whose size onnx and torch disagree on (with its fix), the dilated max pool and the layer norm over the
+    batch; the dilated conv and the windowed average pool train."""
     torch.manual_seed(0)
-    graph = load_graph(onnx.load_from_string(training_export(Blocked(), torch.randn(2, 1, 16, 16), opset=20)), batch_size=2)
+    graph = load_graph(onnx.load_from_string(training_export(Blocked(), torch.randn(2, 1, 15, 15), opset=20)), batch_size=2)
     ops = [n.op for n in graph.nodes]
     assert ops.count("Gelu") == 2 and "Erf" not in ops
     with pytest.raises(OnnxImportError) as e:
         graph_model(graph, shown="blocked.onnx")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("blocked.onnx: cannot train 3 blockers: [1] ") and "Gelu at" not in msg
-    assert "MaxPool at node " in msg and "fix: build the pooling with ceil_mode=False" in msg
-    assert "Conv at node '/dilated/Conv': only 2-D convolutions without dilation" in msg
-    assert "AveragePool at node '/avg/AveragePool'" in msg
+    assert ("MaxPool at node '/pool/MaxPool': the graph says the output is [2, 4, 9, 9], torch's pooling gives "
+            "[2, 4, 8, 8]; fix: onnx's shape inference counts a last window") in msg and "ceil_mode=False" in msg
+    assert "MaxPool at node '/dilated_pool/MaxPool': dilations [2, 2]: pooling windows without dilation only" in msg
+    assert "LayerNormalization at node " in msg and "axis 0 would mix the batch's samples" in msg
+    assert "Conv at" not in msg and "AveragePool at" not in msg
     assert "the trainable graph model supports Conv" in msg
 
 

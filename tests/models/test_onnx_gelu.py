@@ -11,24 +11,9 @@ from models.onnx import load_graph
 from models.onnx.network import graph_model
 from models.onnx.ops import Unary
 from tests.models.onnx_exports import training_export
+from tests.models.onnx_parity import OpLayer
 
 torch = pytest.importorskip("torch")
-
-
-class _OpLayer:
-    """``Unary`` as a one-input layer for ``gradcheck.check_layer`` (no parameters)."""
-
-    def __init__(self, op: Unary) -> None:
-        self.op = op
-
-    def forward(self, x, training):
-        return self.op.forward([x], training)
-
-    def backward(self, dy):
-        return self.op.backward(dy)[0]
-
-    def params(self):
-        return []
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -36,7 +21,7 @@ def test_gelu_backward_matches_finite_differences_in_float64(approximate):
     from tests.models.gradcheck import check_layer
 
     x = np.random.default_rng(0).standard_normal((3, 4, 5, 2)) * 3
-    check_layer(_OpLayer(Unary("g", "Gelu", ["x"], "y", {"approximate": approximate})), x, samples=40, rtol=1e-6)
+    check_layer(OpLayer(Unary("g", "Gelu", ["x"], "y", {"approximate": approximate})), x, samples=40, rtol=1e-6)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
