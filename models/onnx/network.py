@@ -146,7 +146,7 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
             blockers.append(e.blocker)
     if blockers:
         raise OnnxImportError(f"{shown or graph.name}: cannot train{'' if len(blockers) > 1 else ':'} "
-                              f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}")
+                              f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}", blockers)
     ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
     ops = fuse_channels_last(fuse_norm_act(ops, graph.outputs[0]), graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
