@@ -7,7 +7,7 @@
    against ``SUPPORTED_OPS``;
 3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
    (strict, with data propagation; the model's own opset is honoured);
-4. folds constant subgraphs (``fold.py``) and infers shapes again;
+4. folds constant subgraphs (``fold.py``) and infers shapes again, until nothing more folds;
 5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``, torch's
    group norm chain as one ``GroupNormalization`` (``fuse_norm.py``) and torch's stochastic depth
    (``RandomUniformLike``, ``Less``, ``Cast``, ``Div``, ``Mul``) as one ``DropPath`` node whose ``ratio`` is
@@ -44,6 +44,7 @@ CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 # Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
 DROP_PATH_OPS = frozenset(DROP_PATH_PARTS)
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
+FOLD_ROUNDS = 8  # constant folding and shape inference, again while they fold more
 
 
 def read_model(source) -> onnx.ModelProto:
@@ -176,7 +177,7 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
     Transpose(weight))``), ``folded`` the name of every folded value."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    files = set(consts)
+    files = set(consts) - folded  # the file's initializers (an earlier round's folded values are not)
     shapes = _shapes(model)
     keep = []
     for node in g.node:
@@ -244,12 +245,6 @@ def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str, block
                 attrs[moved[i]] = as_attribute(node.op_type, moved[i], consts[t])
             elif i not in moved:
                 inputs.append(t)
-        if node.op_type == "ReduceMean":
-            rank = len(shapes.get(node.input[0], []))
-            if rank != 4 or sorted(a % rank for a in attrs.get("axes", [])) != [2, 3]:
-                blockers.append(blocker(node, f"supported over H and W of an image batch only; axes "
-                                              f"{attrs.get('axes', 'all')} of a rank-{rank} tensor"))
-                continue
         outputs = [t for t in node.output if t]
         if node.op_type == "Dropout":
             outputs = outputs[:1]
@@ -324,8 +319,12 @@ def _read(model: onnx.ModelProto, where: str, opset: int, image_size, batch_size
     origins: dict[str, str] = {}
     transposed: dict[str, tuple[str, tuple[int, ...]]] = {}
     folded: set[str] = set()
-    model = _fold(_infer(model, where), opset, where, origins, transposed, folded)
     model = _infer(model, where)
+    for _ in range(FOLD_ROUNDS):  # a shape known only once a slice's bounds are folded folds in the next round
+        count = len(model.graph.node)
+        model = _infer(_fold(model, opset, where, origins, transposed, folded), where)
+        if len(model.graph.node) == count:
+            break
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
     outs = {o.name for o in model.graph.output}
