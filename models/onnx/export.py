@@ -23,8 +23,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+from models.onnx.lazy_onnx import numpy_helper, onnx
 
 from models.onnx.graph import read_model
 from models.onnx.op_table import RESHAPES

@@ -10,8 +10,7 @@ of another op with constant inputs stays a node.
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+from models.onnx.lazy_onnx import helper, numpy_helper, onnx
 
 
 def decimal(value) -> float:

@@ -28,8 +28,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import onnx
-from onnx import numpy_helper, shape_inference
+from models.onnx.lazy_onnx import numpy_helper, onnx, shape_inference
 
 from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
 from models.onnx.fuse_norm import fuse_group_norm
