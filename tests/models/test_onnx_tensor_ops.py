@@ -1,7 +1,8 @@
 """Slice, Gather and Split of computed tensors, ReduceMean over any axes, Pow with a constant exponent, Sqrt and
 Reciprocal train (``models.onnx.ops_tensor``): float64 finite-difference checks of each op, and small torch
 networks that use them (token indexing and slicing, ``chunk``, means over tokens, a hand-written RMS norm,
-ShuffleNet's channel split and shuffle) whose logits and gradients equal torch's in float64."""
+ShuffleNet's channel split and shuffle; MobileNet-V3's Hardsigmoid gate) whose logits and gradients equal
+torch's in float64."""
 
 from __future__ import annotations
 
@@ -115,3 +116,24 @@ def test_shufflenet_channel_split_and_shuffle_train_as_torchs_in_float64():
     torch.manual_seed(0)
     model = assert_step_equals_torch(TinyShuffleNet(), (2, 3, 8, 8))
     assert sum(type(op).__name__ == "Slice" for op in graph_ops(model)) == 4  # two Splits, two outputs each
+
+
+class HardGate(nn.Module):
+    """MobileNet-V3's squeeze-excitation: ReLU inside, torch's ``Hardsigmoid`` gate (ONNX's HardSigmoid with
+    float32's 1/6; torch's backward multiplies by float32's 1/6 in float64 too), and a Hardswish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1, self.fc2 = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = nn.functional.hardswish(self.conv(x))
+        gate = nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))) * 4)
+        return self.head((x * gate).mean((2, 3)))
+
+
+def test_a_hardsigmoid_gate_trains_as_torchs_in_float64():
+    torch.manual_seed(0)
+    assert_step_equals_torch(HardGate(), (2, 3, 6, 6))
