@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import io
 import math
 import os
@@ -270,13 +271,10 @@ def main() -> None:
     names = [(n, False) for n in (args.models.split(",") if args.models
                                   else torchvision.models.list_models(module=torchvision.models))]
     if args.timm:
-        try:
-            import timm
-
-            del timm
-            names += [(n, True) for n in TIMM_MODELS]
-        except ImportError:
+        if importlib.util.find_spec("timm") is None:
             print("timm is not installed: torchvision's models only", file=sys.stderr)
+        else:
+            names += [(n, True) for n in TIMM_MODELS]
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {args.size}px where the model takes "
           f"it, batch {args.batch}, {args.classes} classes, {args.threads} thread(s)")
     print(HEADER)

@@ -10,6 +10,7 @@ import pytest
 
 from launch.predict import cli
 from tests.models.onnx_exports import training_export
+from tests.models.test_onnx_blockers import TwoConvs
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -30,9 +31,9 @@ class Small(nn.Module):
         return self.fc(self.pool(self.act(self.bn(self.conv(x)))).mean((2, 3)))
 
 
-def write(tmp_path, name, model, opset=17, eval_mode=False):
+def write(tmp_path, name, model, opset=17, eval_mode=False, channels=3):
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 16, 16)
+    x = torch.randn(2, channels, 16, 16)
     if eval_mode:  # torch's default export: batch norm folded into the convolution
         f = io.BytesIO()
         with warnings.catch_warnings():
@@ -80,18 +81,10 @@ def test_what_only_prediction_takes_is_a_training_blocker_with_its_fix(tmp_path,
 
 
 def test_an_eval_mode_export_is_told_to_export_in_training_mode(tmp_path, monkeypatch, capsys):
-    class TwoConvs(nn.Module):  # folded in eval mode, the two equal biases are stored once
-        def __init__(self) -> None:
-            super().__init__()
-            self.c1, self.b1 = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
-            self.c2, self.b2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
-            self.fc = nn.Linear(4, 5)
-
-        def forward(self, x):
-            return self.fc(torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x)))))).mean((2, 3)))
-
-    code, lines, _ = check(tmp_path, monkeypatch, capsys, write(tmp_path, "eval.onnx", TwoConvs(), eval_mode=True))
-    assert code == 2 and lines[0] == "eval.onnx: input 2x3x16x16"
+    """Folded in eval mode, the two equal biases of ``TwoConvs`` are stored once."""
+    code, lines, _ = check(tmp_path, monkeypatch, capsys, write(tmp_path, "eval.onnx", TwoConvs(), eval_mode=True,
+                                                          channels=1))
+    assert code == 2 and lines[0] == "eval.onnx: input 2x1x16x16"
     assert lines[1].startswith("note: the graph has no normalisation layer")
     assert lines[2:4] == ["predict: ok", "train: 1 blocker"] and len(lines) == 5
     assert "is read by more than one layer (shared weights do not train); fix: this looks like an eval-mode export" \
