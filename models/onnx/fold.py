@@ -118,6 +118,7 @@ EVALUATORS = {
     "Mul": lambda a, i, o: i[0] * i[1],
     "Div": lambda a, i, o: _divide(i[0], i[1]),
     "Neg": lambda a, i, o: -i[0],
+    "Mod": lambda a, i, o: np.fmod(i[0], i[1]) if a.get("fmod", 0) else np.mod(i[0], i[1]),
     "Floor": lambda a, i, o: np.floor(i[0]),
     "Ceil": lambda a, i, o: np.ceil(i[0]),
     "Sqrt": lambda a, i, o: np.sqrt(i[0]),

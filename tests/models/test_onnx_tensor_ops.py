@@ -137,3 +137,13 @@ class HardGate(nn.Module):
 def test_a_hardsigmoid_gate_trains_as_torchs_in_float64():
     torch.manual_seed(0)
     assert_step_equals_torch(HardGate(), (2, 3, 6, 6))
+
+
+def test_mod_folds_with_onnxs_signs():
+    """Mod (shape arithmetic, as torch's MultiheadAttention exports it) is a constant op: the divisor's sign
+    (fmod=0), or the dividend's (fmod=1)."""
+    from models.onnx.fold import evaluate
+
+    a, b = np.array([7, -7, 7], np.int64), np.array([3, 3, -3], np.int64)
+    assert evaluate("Mod", {}, [a, b], 17).tolist() == [1, 2, -2]
+    assert evaluate("Mod", {"fmod": 1}, [a.astype(float), b.astype(float)], 17).tolist() == [1, -1, 1]
