@@ -1,4 +1,4 @@
-"""The graph model's builders of the tensor ops (``ops_tensor``): Slice, Gather and Split of computed tensors,
+"""The graph model's builders of the tensor ops (``ops_tensor``): Slice, Gather, Split and Pad of computed tensors,
 ReduceMean over any axes, Pow with a constant exponent, Sqrt and Reciprocal; one method per op table layer
 (``network._Builder.BUILDERS``), which ``network._Builder`` inherits. Each reads one ``Node`` and returns its
 graph op (Split: one ``Slice`` per output), or raises the builder's blocker (``self.fail``)."""
@@ -9,7 +9,7 @@ import numpy as np
 
 from models.onnx.ir import Node
 from models.onnx.ops import GraphOp
-from models.onnx.ops_tensor import Gather, Power, ReduceMean, Slice
+from models.onnx.ops_tensor import Gather, Pad, Power, ReduceMean, Slice
 
 BATCH_WHOLE = "the batch's axis must stay whole (each sample is its own)"
 
@@ -52,6 +52,26 @@ class TensorBuilders:
         if index[0] != slice(None) and np.empty(x[0], np.bool_)[index[0]].shape[0] != x[0]:
             raise self.fail(n, BATCH_WHOLE)
         return self._checked(n, Slice(n.name, n.inputs[:1], n.outputs[0], index), index, x, n.output_shapes[0])
+
+    def pad(self, n: Node) -> GraphOp:
+        """Constant mode, constant pads (input 1 from opset 11 on, the attribute before), value and axes."""
+        x = n.input_shapes[0]
+        rank = len(x)
+        if n.attrs.get("mode", "constant") != "constant":
+            raise self.fail(n, f"mode {n.attrs['mode']!r}: constant padding only")
+        values = [self.const(t) if t else None for t in n.inputs[1:4]]
+        if any(t and v is None for t, v in zip(n.inputs[1:4], values)):
+            raise self.fail(n, "pads, the value and axes must be constants")
+        pads = n.attrs.get("pads") if len(n.inputs) < 2 else [int(v) for v in np.asarray(values[0]).reshape(-1)]
+        value = float(np.asarray(values[1]).reshape(())) if len(values) > 1 and values[1] is not None \
+            else float(n.attrs.get("value", 0.0))
+        axes = [int(a) % rank for a in values[2]] if len(values) > 2 and values[2] is not None else range(rank)
+        width = [[0, 0] for _ in range(rank)]
+        for k, a in enumerate(axes):
+            width[a] = [int(pads[k]), int(pads[k + len(axes)])]
+        if any(p < 0 for pair in width for p in pair) or width[0] != [0, 0]:
+            raise self.fail(n, f"pads {list(pads)}: none negative, and none on the batch's axis")
+        return Pad(n.name, n.inputs[:1], n.outputs[0], tuple(map(tuple, width)), value)
 
     def gather(self, n: Node) -> GraphOp:
         indices = self.const(n.inputs[1])

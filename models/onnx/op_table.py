@@ -99,6 +99,7 @@ RULES: tuple[OpRule, ...] = (
            "whole"),
     OpRule("Gather", "movement", "Gather", "of a computed tensor: constant indices, on any axis but the batch's"),
     OpRule("Split", "movement", "Split", "any axis but the batch's (one `Slice` per output)"),
+    OpRule("Pad", "movement", "Pad", "constant mode, constant pads (none negative, none on the batch's axis)"),
     OpRule("Pow", "elementwise", "Power", "a constant scalar exponent"),
     OpRule("Sqrt", "elementwise", "Power"),
     OpRule("Reciprocal", "elementwise", "Power"),

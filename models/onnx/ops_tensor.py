@@ -1,5 +1,5 @@
 """Graph ops on computed tensors that the layer API has no layer for: indexing (Slice, Gather with constant
-indices; Split is one ``Slice`` per output), ``ReduceMean`` over any axes but the batch's, and the element-wise
+indices; Split is one ``Slice`` per output), constant padding (Pad), ``ReduceMean`` over any axes but the batch's, and the element-wise
 ``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``; forward and backward side by side, in numpy.
 
 The indexing ops and the mean work in ONNX's layout (an image-shaped tensor, NHWC inside the engine, is
@@ -31,6 +31,23 @@ class Slice(GraphOp):
         dx = np.zeros(self.x_shape, self.dtype)
         dx[self.index] = to_onnx(dy)
         return [from_onnx(dx)]
+
+
+class Pad(GraphOp):
+    """``np.pad`` with a constant value in ONNX's layout, ``pads`` ((before, after), ...) one pair per axis, none
+    negative, the batch's (0, 0). Keeps the input's shape."""
+
+    def __init__(self, name, inputs, output, pads: tuple[tuple[int, int], ...], value: float) -> None:
+        super().__init__(name, inputs, output)
+        self.pads, self.value = pads, value
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.index = tuple(slice(b, b + n) for (b, _), n in zip(self.pads, x.shape))
+        return from_onnx(np.pad(x, self.pads, constant_values=self.value))
+
+    def backward(self, dy):
+        return [from_onnx(np.ascontiguousarray(to_onnx(dy)[self.index]))]
 
 
 class Gather(GraphOp):

@@ -1,6 +1,6 @@
-"""Slice, Gather and Split of computed tensors, ReduceMean over any axes, Pow with a constant exponent, Sqrt and
+"""Slice, Gather, Split and Pad of computed tensors, ReduceMean over any axes, Pow with a constant exponent, Sqrt and
 Reciprocal train (``models.onnx.ops_tensor``): float64 finite-difference checks of each op, and small torch
-networks that use them (token indexing and slicing, ``chunk``, means over tokens, a hand-written RMS norm,
+networks that use them (token indexing and slicing, ``chunk``, padding, means over tokens, a hand-written RMS norm,
 ShuffleNet's channel split and shuffle; MobileNet-V3's Hardsigmoid gate) whose logits and gradients equal
 torch's in float64."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.onnx.ops_tensor import Gather, Power, ReduceMean, Slice
+from models.onnx.ops_tensor import Gather, Pad, Power, ReduceMean, Slice
 from tests.models.gradcheck import check_layer
 from tests.models.onnx_parity import OpLayer, assert_step_equals_torch, graph_ops
 
@@ -28,6 +28,12 @@ def nhwc(shape):
 def test_slice_matches_finite_differences(shape, index):
     x = np.random.default_rng(0).standard_normal(nhwc(shape))
     check_layer(OpLayer(Slice("s", ["x"], "y", index)), x, samples=30, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape,pads", [((2, 5, 4), ((0, 0), (1, 2), (0, 3))), ((2, 3, 4, 5), ((0, 0), (0, 1), (2, 0), (1, 1)))])
+def test_pad_matches_finite_differences(shape, pads):
+    x = np.random.default_rng(4).standard_normal(nhwc(shape))
+    check_layer(OpLayer(Pad("p", ["x"], "y", pads, 0.5)), x, samples=30, rtol=1e-6)
 
 
 @pytest.mark.parametrize("shape,indices,axis", [((2, 5, 4), np.array(0), 1), ((2, 5, 4), np.array([3, -1, 3]), 2),
@@ -64,7 +70,8 @@ class Tokens(nn.Module):
         self.head = nn.Linear(8 + 4 + 4, 5)
 
     def forward(self, x):
-        t = self.stem(x).flatten(2).transpose(1, 2)  # [N, 9, 8]
+        x = nn.functional.pad(x, (1, 0, 0, 1), value=0.25)  # Pad: [N, 3, 6, 6] -> [N, 3, 7, 7]
+        t = self.stem(x[:, :, :6, 1:]).flatten(2).transpose(1, 2)  # [N, 9, 8]
         t = t * torch.reciprocal(torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))
         first = t[:, 0]
         rest = t[:, 1::2]
@@ -77,7 +84,7 @@ def test_token_indexing_and_reductions_train_as_torchs_in_float64():
     torch.manual_seed(0)
     model = assert_step_equals_torch(Tokens(), (2, 3, 6, 6))
     kinds = {type(op).__name__ for op in graph_ops(model)}
-    assert {"Slice", "Gather", "ReduceMean", "Power"} <= kinds
+    assert {"Slice", "Gather", "ReduceMean", "Power", "Pad"} <= kinds
 
 
 def channel_shuffle(x, groups):
@@ -147,3 +154,12 @@ def test_mod_folds_with_onnxs_signs():
     a, b = np.array([7, -7, 7], np.int64), np.array([3, 3, -3], np.int64)
     assert evaluate("Mod", {}, [a, b], 17).tolist() == [1, 2, -2]
     assert evaluate("Mod", {"fmod": 1}, [a.astype(float), b.astype(float)], 17).tolist() == [1, -1, 1]
+
+
+def test_a_mask_built_by_scatter_nd_and_not_folds():
+    """Swin's shifted-window mask: ScatterND into a constant and Not are constant ops."""
+    from models.onnx.fold import evaluate
+
+    out = evaluate("ScatterND", {}, [np.zeros((2, 3)), np.array([[0, 1], [1, 2]]), np.array([5.0, 7.0])], 17)
+    assert out.tolist() == [[0, 5, 0], [0, 0, 7]]
+    assert evaluate("Not", {}, [out > 0], 17).tolist() == [[True, False, True], [True, True, False]]
