@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--onnx", metavar="FILE", help="your own network: an ONNX file (docs/ipu.md, 'Your own model')")
         s.add_argument("--num-classes", type=int, metavar="N", help="with --onnx: the classes the graph must have")
         s.add_argument("--pipeline-splits", metavar="NAME[,NAME...]",
-                       help="the blocks (or ONNX nodes) that start pipeline stages 2, 3, ... (default: automatic)")
+                       help="the blocks, ONNX nodes or torch module paths that start pipeline stages 2, 3, ... "
+                            "(default: automatic)")
     p.add_argument("--epochs", type=float, help="epochs for the time to train (default: the configuration's)")
     p.add_argument("--report-dir", type=Path, help="one plan: write memory_<name>.png and timeline_<name>.png here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="a sweep: write images/s against POD size here")
