@@ -7,6 +7,7 @@
         --ipus-per-replica 2,4 [--json] [--plot sweep.png]
     poprun-ipu predict --onnx my_net.onnx --image-size 224 --system POD16,POD64 [--pipeline-splits layer3]
     poprun-ipu profile --config g16-b4-pod64 --precision 16.32 --out docs/img   # table + PNG
+    poprun-ipu check --onnx my_net.onnx [--image-size 224]  # every blocker of the file, to predict and to train
     poprun-ipu validate                                      # components and ResNet-50 vs public figures
     poprun-ipu validate --sensitivity [--preset NAME ...]    # each assumed constant at x0.5 and x1.5
     poprun-ipu validate --ops [--chip mk1|mk2]               # each layer kind vs poplibs' IPU Model cycles
@@ -18,7 +19,8 @@ The plan options (``launch.predict.sweep.PLAN_OPTIONS``) override either; each m
 profile from the user's own network (``launch.predict.base.onnx_base``, ``models.onnx``); the plan starts from ``--config``/``--preset``,
 else from the ``resnet50-pod16`` preset (16 x 1 IPU, micro-batch 20, GA 6, ImageNet). Exit status: 0; 1 when
 the plan (a sweep: every combination, ``--all``: any preset) does not fit in IPU memory, after printing
-everything, the hypothetical prediction included; 2 for a usage error (the message names the flag and the fix).
+everything, the hypothetical prediction included; 2 for a usage error (the message names the flag and the fix),
+and for ``check`` when anything stops the file from predicting or training (after listing every blocker).
 The same as ``python -m launch.predict``.
 """
 
@@ -33,7 +35,7 @@ from pathlib import Path
 from ipu.plan import PRESETS, load_profile
 from ipu.specs import CHIPS
 from launch.predict.base import base_plan, onnx_base
-from launch.predict.commands import (predict_plans, predict_presets, profile_plan, profile_preset, show_op_checks,
+from launch.predict.commands import (check_onnx, predict_plans, predict_presets, profile_plan, profile_preset, show_op_checks,
                                      show_sensitivity, validate)
 from launch.predict.sweep import PLAN_OPTIONS, UsageError, parse_grid
 
@@ -47,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", allow_abbrev=False, help="memory fit and predicted cost of a configuration, or a sweep of them")
     q = sub.add_parser("profile", allow_abbrev=False, help="per-layer cycles of one configuration by IPU, pass and category (table + PNG)")
+    c = sub.add_parser("check", allow_abbrev=False,
+                       help="every blocker of an ONNX file, to predict and to train, one line each (exit 2 if any)")
+    c.add_argument("--onnx", metavar="FILE", required=True, help="your own network: an ONNX file (docs/onnx.md)")
+    c.add_argument("--image-size", type=int, metavar="N",
+                   help="the image size to check at (default: the graph's, else 224)")
+    c.add_argument("--pipeline-splits", metavar="NAME[,NAME...]",
+                   help="also check these pipeline splits, as predict --pipeline-splits and ipu.pipeline_splits take them")
     v = sub.add_parser("validate", allow_abbrev=False, help="compare the model's parts and ResNet-50 predictions with public figures")
     for s in (p, q):
         which = s.add_mutually_exclusive_group()
@@ -62,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--onnx", metavar="FILE", help="your own network: an ONNX file (docs/ipu.md, 'Your own model')")
         s.add_argument("--num-classes", type=int, metavar="N", help="with --onnx: the classes the graph must have")
         s.add_argument("--pipeline-splits", metavar="NAME[,NAME...]",
-                       help="the blocks (or ONNX nodes) that start pipeline stages 2, 3, ... (default: automatic)")
+                       help="the blocks, ONNX nodes or torch module paths that start pipeline stages 2, 3, ... "
+                            "(default: automatic)")
     p.add_argument("--epochs", type=float, help="epochs for the time to train (default: the configuration's)")
     p.add_argument("--report-dir", type=Path, help="one plan: write memory_<name>.png and timeline_<name>.png here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="a sweep: write images/s against POD size here")
@@ -86,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "check":
+            if args.image_size is not None and args.image_size < 1:
+                raise UsageError(f"--image-size {args.image_size}: give a positive number of pixels")
+            return check_onnx(args.onnx, args.image_size, _splits(args.pipeline_splits))
         return _predict_or_profile(args)
     except ValueError as err:  # a bad value, a pipeline split the profile has no block for, an unreadable graph
         return _usage(err)

@@ -1,6 +1,7 @@
 """The work of ``poprun-ipu``'s commands, once ``launch.predict.cli`` has read the command line: each
 function prints its figures and returns the exit status (0; 1 when a plan does not fit in IPU memory)
-and raises ``ValueError`` (a :class:`~launch.predict.sweep.UsageError` names the flag) for a bad value."""
+and raises ``ValueError`` (a :class:`~launch.predict.sweep.UsageError` names the flag) for a bad value;
+``check_onnx`` returns 2 when the file has a blocker."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from launch.predict.sweep import PLAN_OPTIONS, UsageError, batch_rule, combinati
 from launch.predict.sweep_report import ProfileSource, format_table, plot_sweep, sweep, sweep_dict
 
 EXIT_DOES_NOT_FIT = 1
+EXIT_BLOCKED = 2  # check: the file cannot predict or train (as bad input is for the other commands)
 
 
 def predict_presets(names: Sequence[str], chip: str | None, epochs: float | None, as_json: bool,
@@ -173,3 +175,18 @@ def show_sensitivity(presets: Sequence[str], chip: str | None, as_json: bool) ->
         print(f"Step time change (%) with each constant at x{FACTORS[0]:g} / x{FACTORS[1]:g}, one at a time:")
         print(format_sensitivity(rows))
     return 0
+
+
+def check_onnx(path: str, image_size: int | None, splits: tuple[str, ...]) -> int:
+    """``check --onnx FILE``: every blocker of the file, to predict and to train (``models.onnx.check``), one a
+    line; 0 when there is none, else 2."""
+    from models.onnx import OnnxFile
+    from models.onnx.check import check_file
+
+    report = check_file(OnnxFile(path, f"--onnx {path}"), image_size, splits)
+    print("\n".join(report.lines()))
+    if report.clean:
+        return 0
+    print(f"poprun-ipu: {path} cannot {'predict or train' if not report.predict.clean else 'train'} as it is "
+          "(one line per blocker above); exit status 2", file=sys.stderr)
+    return EXIT_BLOCKED

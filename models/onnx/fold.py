@@ -101,6 +101,14 @@ def _constant(attrs):
     raise ValueError(f"Constant with attributes {sorted(attrs)} is not supported (only numeric values)")
 
 
+def _scatter_nd(data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str) -> np.ndarray:
+    if reduction != "none":
+        raise ValueError(f"ScatterND with reduction {reduction!r} is not supported (only 'none')")
+    out = data.copy()
+    out[tuple(np.moveaxis(indices, -1, 0))] = updates
+    return out
+
+
 EVALUATORS = {
     "Constant": lambda a, i, o: _constant(a),
     "Identity": lambda a, i, o: i[0],
@@ -118,6 +126,9 @@ EVALUATORS = {
     "Mul": lambda a, i, o: i[0] * i[1],
     "Div": lambda a, i, o: _divide(i[0], i[1]),
     "Neg": lambda a, i, o: -i[0],
+    "Not": lambda a, i, o: np.logical_not(i[0]),
+    "ScatterND": lambda a, i, o: _scatter_nd(i[0], i[1], i[2], a.get("reduction", "none")),
+    "Mod": lambda a, i, o: np.fmod(i[0], i[1]) if a.get("fmod", 0) else np.mod(i[0], i[1]),
     "Floor": lambda a, i, o: np.floor(i[0]),
     "Ceil": lambda a, i, o: np.ceil(i[0]),
     "Sqrt": lambda a, i, o: np.sqrt(i[0]),

@@ -4,15 +4,19 @@
 
 1. reads it with ``onnx.load`` (an unreadable or truncated file: one line naming the file);
 2. checks the model's opset against the installed ``onnx`` (newer: one line) and every node's op
-   against ``SUPPORTED_OPS`` (one ``UnsupportedOpError`` for all of them, naming each op, its count, its first
-   nodes and the export that fixes it where one does, and the supported list, before anything else runs);
+   against ``SUPPORTED_OPS``;
 3. runs ``onnx.checker`` and, after fixing the input's dynamic dimensions, ``onnx.shape_inference``
    (strict, with data propagation; the model's own opset is honoured);
-4. folds constant subgraphs (``fold.py``) and infers shapes again;
+4. folds constant subgraphs (``fold.py``) and infers shapes again, until nothing more folds;
 5. recognises SiLU written as ``Mul(x, Sigmoid(x))`` and HardSwish as ``Mul(x, HardSigmoid(x))``, torch's
    group norm chain as one ``GroupNormalization`` (``fuse_norm.py``) and torch's stochastic depth
    (``RandomUniformLike``, ``Less``, ``Cast``, ``Div``, ``Mul``) as one ``DropPath`` node whose ``ratio`` is
    the drop probability (``patterns.fuse_drop_path``).
+
+Every node that cannot import (an unknown op; a constant-only op whose value is computed; a random op outside
+stochastic depth) is one ``Blocker``, and all of them are one ``UnsupportedOpError`` at the end (its
+``blockers``), naming each op, its count, its first nodes and the export that fixes it where one does, and the
+supported list; where an unknown op stops the steps above (shape inference), the error names the unknown ops.
 
 The input must be one image batch ``[N, C, H, W]``. ``image_size`` (an int or ``(H, W)``) sets H and W,
 fixed or not; ``batch_size`` sets N where it is dynamic (a fixed N stays: counts scale per sample). A
@@ -39,6 +43,7 @@ CONSTANT_OPS = frozenset(EVALUATORS) | {"Shape"}
 # Ops supported only inside torch's stochastic depth (``patterns.fuse_drop_path``): a per-sample random mask.
 DROP_PATH_OPS = frozenset(DROP_PATH_PARTS)
 SUPPORTED_OPS = tuple(sorted(COMPUTE_OPS | CONSTANT_OPS | DROP_PATH_OPS))
+FOLD_ROUNDS = 8  # constant folding and shape inference, again while they fold more
 
 
 def read_model(source) -> onnx.ModelProto:
@@ -87,17 +92,26 @@ def blocker(node, why: str = "") -> Blocker:
 
 
 def refuse(blockers: list[Blocker], where: str) -> None:
-    """One ``UnsupportedOpError`` for every node of ``blockers`` (none: nothing)."""
+    """One ``UnsupportedOpError`` for every node of ``blockers`` (none: nothing); the error keeps them."""
     if blockers:
         raise UnsupportedOpError(f"{where}: unsupported ONNX op{'s,' if len(blockers) > 1 else ''} "
                                  f"{blockers_text(blockers)}; supported: {', '.join(SUPPORTED_OPS)} "
-                                 f"(and {patterns_text()})")
+                                 f"(and {patterns_text()})", blockers)
+
+
+def _unknown(node) -> bool:
+    return node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS
+
+
+def unknown_ops(model: onnx.ModelProto) -> list[Blocker]:
+    """The blocker of every node whose op is not in ``SUPPORTED_OPS``."""
+    return [blocker(node, "not an op of the op table (models/onnx/op_table.py)") for node in model.graph.node
+            if _unknown(node)]
 
 
 def check_ops(model: onnx.ModelProto, where: str = "model") -> None:
     """One ``UnsupportedOpError`` for every node whose op is not in ``SUPPORTED_OPS``."""
-    refuse([blocker(node) for node in model.graph.node
-            if node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED_OPS], where)
+    refuse(unknown_ops(model), where)
 
 
 def _dims(value_info) -> list:
@@ -162,7 +176,7 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
     Transpose(weight))``), ``folded`` the name of every folded value."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    files = set(consts)
+    files = set(consts) - folded  # the file's initializers (an earlier round's folded values are not)
     shapes = _shapes(model)
     keep = []
     for node in g.node:
@@ -210,9 +224,12 @@ def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> list[Node]:
-    out, blockers = [], []
+def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str, blockers: list[Blocker]) -> list[Node]:
+    """The graph's nodes; a node that cannot import adds to ``blockers`` (those of unknown ops are there already)."""
+    out = []
     for node in model.graph.node:
+        if _unknown(node):
+            continue
         if node.op_type in CONSTANT_OPS and node.op_type not in COMPUTE_OPS | DROP_PATH_OPS:
             blockers.append(blocker(node, "supported only where its value is a constant; here it is not"))
             continue
@@ -227,19 +244,12 @@ def _nodes(model: onnx.ModelProto, shapes: dict, consts: dict, where: str) -> li
                 attrs[moved[i]] = as_attribute(node.op_type, moved[i], consts[t])
             elif i not in moved:
                 inputs.append(t)
-        if node.op_type == "ReduceMean":
-            rank = len(shapes.get(node.input[0], []))
-            if rank != 4 or sorted(a % rank for a in attrs.get("axes", [])) != [2, 3]:
-                blockers.append(blocker(node, f"supported over H and W of an image batch only; axes "
-                                              f"{attrs.get('axes', 'all')} of a rank-{rank} tensor"))
-                continue
         outputs = [t for t in node.output if t]
         if node.op_type == "Dropout":
             outputs = outputs[:1]
         out.append(Node(node.op_type, node.name or f"{node.op_type}_{len(out)}", tuple(inputs), tuple(outputs),
                         tuple(_static(t, shapes, node, where) if t else () for t in inputs),
                         tuple(_static(t, shapes, node, where) for t in outputs), attrs))
-    refuse(blockers, where)
     return out
 
 
@@ -283,24 +293,46 @@ def load_graph(source, image_size: int | tuple[int, int] | None = None, batch_si
     if model.functions:
         from onnx import inliner
         model = inliner.inline_local_functions(model)
-    check_ops(model, where)
+    blockers = unknown_ops(model)
     try:
-        onnx.checker.check_model(model)
-    except Exception as e:
-        raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
+        graph = _read(model, where, opset, image_size, batch_size, blockers)
+    except UnsupportedOpError:
+        raise
+    except OnnxImportError:
+        refuse(blockers, where)  # what stopped the reader is most likely an op it does not know: name them all
+        raise
+    refuse(blockers, where)
+    return graph
+
+
+def _read(model: onnx.ModelProto, where: str, opset: int, image_size, batch_size,
+          blockers: list[Blocker]) -> Graph | None:
+    """``load_graph`` past the op check; ``blockers`` gains every node that cannot import (the caller refuses
+    them all at once)."""
+    if not blockers:
+        try:
+            onnx.checker.check_model(model)
+        except Exception as e:
+            raise OnnxImportError(f"{where}: not a valid ONNX model: {_line(e)}") from None
     name, input_shape = _fix_input(model, where, image_size, batch_size)
     origins: dict[str, str] = {}
     transposed: dict[str, tuple[str, tuple[int, ...]]] = {}
     folded: set[str] = set()
-    model = _fold(_infer(model, where), opset, where, origins, transposed, folded)
     model = _infer(model, where)
+    for _ in range(FOLD_ROUNDS):  # a shape known only once a slice's bounds are folded folds in the next round
+        count = len(model.graph.node)
+        model = _infer(_fold(model, opset, where, origins, transposed, folded), where)
+        if len(model.graph.node) == count:
+            break
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = {k: v for k, v in _shapes(model).items()}
     outs = {o.name for o in model.graph.output}
-    nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where), outs), consts, outs)
+    nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where, blockers), outs), consts, outs)
     nodes = fuse_drop_path(nodes, consts)
-    refuse([blocker(n, "supported only in torch's stochastic depth, or where its value is a constant; here it is "
-                       "neither") for n in nodes if n.op in DROP_PATH_OPS], where)
+    blockers += [blocker(n, "supported only in torch's stochastic depth, or where its value is a constant; here it "
+                            "is neither") for n in nodes if n.op in DROP_PATH_OPS]
+    if blockers:
+        return None  # load_graph refuses them
     params: list[str] = []
     for n in nodes:
         params += [t for t in param_inputs(n, consts) if t not in params]

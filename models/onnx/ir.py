@@ -4,8 +4,8 @@
 * :class:`Node`: one op with its tensors' static shapes and its attributes as plain Python;
 * :class:`Graph`: the nodes in topological order, the constants as numpy arrays, the trainable weights;
 * :class:`OnnxImportError` (a ``ValueError`` said in one line) and :class:`UnsupportedOpError`;
-* :class:`Blocker` (one node that cannot import or train, and what would fix it) and :func:`blockers_text`
-  (every blocker of a graph in one line);
+* :class:`Blocker` (one node that cannot import or train, and what would fix it), :func:`blockers_text`
+  (every blocker of a graph in one line) and :func:`blocker_lines` (one line per op, reason and fix);
 * :func:`param_inputs` and :func:`folded_norm_warning`.
 
 Plain data and numpy, and the op table (``op_table.py``): no ``onnx``, nothing else of the package.
@@ -21,7 +21,12 @@ from models.onnx.op_table import NORM_OPS, WEIGHTED_OPS, ops_of
 
 
 class OnnxImportError(ValueError):
-    """Bad ONNX input, said in one line."""
+    """Bad ONNX input, said in one line; ``blockers``: the nodes it names, where it names nodes that cannot import
+    or train (``poprun-ipu check`` lists them one a line)."""
+
+    def __init__(self, message: str, blockers: tuple[Blocker, ...] | list[Blocker] = ()) -> None:
+        super().__init__(message)
+        self.blockers = tuple(blockers)
 
 
 class UnsupportedOpError(OnnxImportError):
@@ -83,9 +88,9 @@ class Blocker:
     inputs: tuple[str, ...] = ()
 
 
-def blockers_text(blockers: list[Blocker]) -> str:
-    """Every blocker in one line, grouped by op, reason and fix: the count, the first three node names, why and
-    the fix. One blocker: ``Op at node 'n' (inputs [...]): why; fix: ...``."""
+def blocker_lines(blockers: list[Blocker] | tuple[Blocker, ...]) -> list[str]:
+    """One line per op, reason and fix: the count, the first three node names, why and the fix. One node:
+    ``Op at node 'n' (inputs [...]): why; fix: ...``."""
     groups: dict[tuple[str, str, str], list[Blocker]] = {}
     for b in blockers:
         groups.setdefault((b.op, b.why, b.fix), []).append(b)
@@ -97,6 +102,12 @@ def blockers_text(blockers: list[Blocker]) -> str:
         else:
             at = f"{len(group)} nodes ({names})"
         parts.append(f"{op} at {at}" + (f": {why}" if why else "") + (f"; fix: {fix}" if fix else ""))
+    return parts
+
+
+def blockers_text(blockers: list[Blocker]) -> str:
+    """Every blocker in one line (:func:`blocker_lines`, numbered when there are several)."""
+    parts = blocker_lines(blockers)
     if len(parts) == 1:
         return parts[0]
     return f"{len(parts)} blockers: " + " ".join(f"[{i}] {p};" for i, p in enumerate(parts, 1))[:-1]

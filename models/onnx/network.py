@@ -38,6 +38,7 @@ from models.model import Model
 from models.norm import BatchNorm2d, GroupNorm
 from models.onnx.blocks import cut, split_starts
 from models.onnx.builders import PoolNormAttention
+from models.onnx.builders_tensor import TensorBuilders
 from models.onnx.fuse_ops import fuse_channels_last, fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
 from models.onnx.op_table import EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
@@ -141,12 +142,13 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
     ops, blockers = [], []
     for node in graph.nodes:
         try:
-            ops.append(builder.node(node))
+            made = builder.node(node)
+            ops += made if isinstance(made, list) else [made]  # Split: one op per output
         except _Blocked as e:
             blockers.append(e.blocker)
     if blockers:
         raise OnnxImportError(f"{shown or graph.name}: cannot train{'' if len(blockers) > 1 else ':'} "
-                              f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}")
+                              f"{blockers_text(blockers)}; the trainable graph model supports {TRAINABLE_OPS}", blockers)
     ops = fuse_squeeze_excite(_live(ops, graph.outputs[0]), graph, dtype)
     ops = fuse_channels_last(fuse_norm_act(ops, graph.outputs[0]), graph.outputs[0])
     if num_classes is not None and graph.output_shapes[0][1] != num_classes \
@@ -176,7 +178,7 @@ class _Blocked(OnnxImportError):
         self.blocker = blocker
 
 
-class _Builder(PoolNormAttention):
+class _Builder(PoolNormAttention, TensorBuilders):
     def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None) -> None:
         self.g, self.dtype, self.rng = graph, np.dtype(dtype), rng
         self.init_rng = np.random.default_rng(seed)
@@ -311,10 +313,12 @@ class _Builder(PoolNormAttention):
                 "LayerNorm": "layer_norm", "Activation": "activation", "Unary": "unary", "Binary": "binary",
                 "MaxPool2d": "max_pool", "AvgPool2d": "avg_pool", "GlobalAvgPool": "global_pool", "Concat": "concat",
                 "Dropout": "dropout", "DropPath": "drop_path", "Move": "move", "Softmax": "softmax",
-                "MatMul": "matmul"}
+                "MatMul": "matmul", "ReduceMean": "reduce_mean", "Slice": "slice", "Gather": "gather",
+                "Split": "split", "Power": "power", "Pad": "pad"}
 
-    def node(self, n: Node) -> GraphOp:
-        """The engine op of one node: the builder of its layer in the op table (``op_table.OPS``)."""
+    def node(self, n: Node) -> GraphOp | list[GraphOp]:
+        """The engine op of one node (Split: one per output): the builder of its layer in the op table
+        (``op_table.OPS``)."""
         rule = OPS.get(n.op)
         if rule is None or not rule.trainable:
             raise self.fail(n, "prediction only: no layer of the engine trains this op")

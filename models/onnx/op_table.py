@@ -50,6 +50,7 @@ PROFILE_RULES = {
     "softmax": "`softmax`",
     "concat": "`concat` (a copy)",
     "movement": "none (data movement)",
+    "elementwise": "`eltwise`, its input kept",
 }
 
 RULES: tuple[OpRule, ...] = (
@@ -83,7 +84,8 @@ RULES: tuple[OpRule, ...] = (
     OpRule("AveragePool", "pool", "AvgPool2d", "any kernel, strides and pads (at most half the kernel), floor or "
            "ceil mode, count_include_pad 0 or 1; no dilation; over the whole image: `GlobalAvgPool`"),
     OpRule("GlobalAveragePool", "global_pool", "GlobalAvgPool"),
-    OpRule("ReduceMean", "global_pool", "GlobalAvgPool", "over H and W of an image batch"),
+    OpRule("ReduceMean", "global_pool", "ReduceMean", "any axes but the batch's, keepdims 0 or 1; over H and W of "
+           "an image batch the engine's `GlobalAvgPool`"),
     OpRule("Softmax", "softmax", "Softmax", "any axis"),
     OpRule("Dropout", "dropout", "Dropout"),
     OpRule("DropPath", "drop_path", "DropPath", pattern="torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)"),
@@ -93,6 +95,14 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Squeeze", "movement", "Move"),
     OpRule("Unsqueeze", "movement", "Move"),
     OpRule("Identity", "movement", "Move"),
+    OpRule("Slice", "movement", "Slice", "of a computed tensor: constant starts, ends, axes and steps; the batch "
+           "whole"),
+    OpRule("Gather", "movement", "Gather", "of a computed tensor: constant indices, on any axis but the batch's"),
+    OpRule("Split", "movement", "Split", "any axis but the batch's (one `Slice` per output)"),
+    OpRule("Pad", "movement", "Pad", "constant mode, constant pads (none negative, none on the batch's axis)"),
+    OpRule("Pow", "elementwise", "Power", "a constant scalar exponent"),
+    OpRule("Sqrt", "elementwise", "Power"),
+    OpRule("Reciprocal", "elementwise", "Power"),
 )
 OPS: dict[str, OpRule] = {r.op: r for r in RULES}
 

@@ -165,6 +165,11 @@ class Unary(GraphOp):
         self.lo = attrs.get("min")
         self.hi = attrs.get("max")
         self.alpha = attrs.get("alpha", 0.2 if op == "HardSigmoid" else 1 / 6)
+        self.slope = self.alpha  # HardSigmoid's derivative inside (0, 1)
+        if op == "HardSigmoid" and abs(self.alpha - 1 / 6) < 1e-7:
+            # torch's hardsigmoid (ONNX's alpha: float32's 1/6): its forward divides by 6, its backward multiplies
+            # by float32's 1/6 (0.1666666716337204), in float64 too
+            self.alpha, self.slope = 1 / 6, float(np.float32(1 / 6))
         self.beta = attrs.get("beta", 0.5)
         self.approximate = attrs.get("approximate", "none")
 
@@ -207,7 +212,7 @@ class Unary(GraphOp):
         z = self.alpha * x + self.beta
         inside = (z > 0) & (z < 1)
         if self.op == "HardSigmoid":
-            return [np.where(inside, dy * self.alpha, 0.0).astype(dy.dtype)]
+            return [np.where(inside, dy * self.slope, 0.0).astype(dy.dtype)]
         h = np.clip(z, 0.0, 1.0)
         return [dy * (h + np.where(inside, self.alpha * x, 0.0))]
 

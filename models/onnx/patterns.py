@@ -46,7 +46,7 @@ def squeeze_excite_chains(nodes: list[Node], constants) -> dict[str, list[Node]]
             chain, t = [], gate_t
             for ops in (SE_GATES, ("Conv",), ACTIVATIONS, ("Conv",), SE_POOLS):
                 n = producer.get(t)
-                if n is None or n.op not in ops or count.get(t) != 1:
+                if n is None or n.op not in ops or count.get(t) != 1 or (ops is SE_POOLS and not _over_image(n)):
                     break
                 chain.append(n)
                 t = n.inputs[0]
@@ -55,6 +55,12 @@ def squeeze_excite_chains(nodes: list[Node], constants) -> dict[str, list[Node]]
                     out[mul.name] = chain
                     break
     return out
+
+
+def _over_image(pool: Node) -> bool:
+    """A global pool, or a ReduceMean over H and W of an image batch."""
+    rank = len(pool.input_shapes[0])
+    return pool.op != "ReduceMean" or (rank == 4 and sorted(a % 4 for a in pool.attrs.get("axes", ())) == [2, 3])
 
 
 def drop_path_keep(mul: Node, producer: dict[str, Node], constants) -> tuple[str, float, list[Node]] | None:

@@ -126,6 +126,8 @@ class _Rows:
             return [_row(node, block, "concat", 0, 0, 0, params)]
         if family == "movement":
             return []
+        if family == "elementwise":
+            return [_row(node, block, "eltwise", e, 2 * e, math.prod(node.input_shapes[0]), params)]
         raise OnnxImportError(f"node {node.name!r}: no profile rule for op {op}")
 
     def _se(self, node: Node, block: str, params: int) -> LayerProfile:

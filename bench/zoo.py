@@ -1,0 +1,292 @@
+"""Which public classification networks predict and train from ONNX: one markdown table row per model.
+
+    /work/zoo-venv/bin/python bench/zoo.py [--models resnet18,mobilenet_v3_small] [--timm] [--size 64]
+        [--batch 4] [--updates 3] [--steps 3] [--out zoo.md]
+
+Every classification model of ``torchvision.models.list_models(module=torchvision.models)`` (``weights=None``:
+nothing is downloaded; 10 classes), or those of ``--models``, plus a short list of timm models with ``--timm``
+when timm is installed. Each is built at ``--size`` pixels where it takes that size, else at the smallest of a
+few larger sizes it runs at, exported with torch's TorchScript exporter in training mode without constant
+folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and read by ``models.onnx``:
+
+* exported: the export ran (and at what opset and size);
+* predicts: ``poprun-ipu check``'s prediction verdict is clean (``models.onnx.check``) and the profile's rows
+  (``ProfiledGraph.profile``) come out;
+* trains: its training verdict is clean and ``--updates`` SGD updates of the float32 graph model run with a
+  finite loss;
+* gradients equal: one step in float64 (logits and every parameter gradient, named as torch names them, for
+  random data and random logit gradients) against torch's within 1e-10, relative to each tensor's largest
+  value (or to 1e-4 of the model's largest gradient, where a gradient cancels to almost nothing, as a conv's
+  bias before a batch norm, whose exact gradient is 0 and whose float64 one is rounding noise); dropout and
+  stochastic depth are set to 0 for this export only (their masks are not torch's draws);
+* step ms: the median float32 training step (forward, loss, backward) of ``--steps``, one thread;
+* first blocker: the first line of ``poprun-ipu check`` (or the error of the stage that failed).
+
+torchvision does not import beside the project's torch: run this from a venv of its own (docs/onnx.md), with
+the project on ``PYTHONPATH`` or installed there. A benchmark-style script: it prints, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import io
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SIZES = (64, 96, 128, 160, 224, 299)  # tried in order after --size until torch runs the model
+TIMM_MODELS = ("resnet10t", "efficientnet_b0", "mobilenetv3_small_050", "convnext_atto", "vit_tiny_patch16_224",
+               "deit_tiny_patch16_224", "ghostnet_100", "mobilevitv2_050")
+EXTRA_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True}, "googlenet": {"aux_logits": False,
+                                                                                            "init_weights": True}}
+RTOL = 1e-10
+HEADER = ("| model | exported | predicts | trains | gradients equal | step ms | first blocker |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def build(name: str, timm_model: bool, size: int, classes: int):
+    """The network and the image size it runs at (``size`` or a larger one of ``SIZES``)."""
+    import torch
+
+    if timm_model:
+        import timm
+
+        def make(s):
+            try:
+                return timm.create_model(name, pretrained=False, num_classes=classes, img_size=s)
+            except TypeError:
+                return timm.create_model(name, pretrained=False, num_classes=classes)
+    else:
+        import torchvision
+
+        def make(s):
+            kwargs = dict(EXTRA_KWARGS.get(name, {}))
+            if name.startswith("vit_"):
+                kwargs["image_size"] = s
+            return torchvision.models.get_model(name, weights=None, num_classes=classes, **kwargs)
+
+    errors = []
+    for s in [size] + [s for s in SIZES if s > size]:
+        try:
+            torch.manual_seed(0)
+            net = make(s).train()
+            with torch.no_grad():
+                out = net(torch.randn(2, 3, s, s))
+            if not isinstance(out, torch.Tensor) or out.shape != (2, classes):
+                raise ValueError(f"output {type(out).__name__} {getattr(out, 'shape', '')}")
+            return net, s
+        except Exception as e:  # too small for its pooling, or a fixed size
+            errors.append(f"{s}px: {_line(e)}")
+    raise RuntimeError("; ".join(errors[-2:]))
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:160]
+
+
+def export(net, size: int, batch: int, opset: int) -> bytes:
+    import torch
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.train(), (torch.randn(batch, 3, size, size),), f, dynamo=False, opset_version=opset,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=["images"], output_names=["logits"])
+    return f.getvalue()
+
+
+def no_randomness(net) -> None:
+    """Dropout and stochastic depth at 0 (in place)."""
+    for m in net.modules():
+        if type(m).__name__ in ("Dropout", "Dropout2d", "StochasticDepth", "DropPath") and hasattr(m, "p"):
+            m.p = 0.0
+        if type(m).__name__ == "DropPath" and hasattr(m, "drop_prob"):
+            m.drop_prob = 0.0
+
+
+def gradients(net, data: bytes, shape) -> tuple[float, str]:
+    """The largest relative difference of one float64 step from torch's, and where."""
+    import numpy as np
+    import onnx
+    import torch
+
+    from models.onnx import load_graph
+    from models.onnx.network import graph_model
+
+    model = graph_model(load_graph(onnx.load_from_string(data), batch_size=shape[0]), np.float64)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape)
+    logits = model.forward(x.transpose(0, 2, 3, 1).copy(), training=True)
+    dlogits = rng.standard_normal(logits.shape)
+    model.backward(dlogits, need_dx=False)
+    net = net.double().train()
+    ref = net(torch.from_numpy(x.copy()))
+    net.zero_grad()
+    ref.backward(torch.from_numpy(dlogits))
+    theirs = {k: p.grad.numpy() for k, p in net.named_parameters() if p.grad is not None}
+    floor = 1e-4 * max((float(np.abs(g).max()) for g in theirs.values()), default=0.0)
+    worst, where = float(np.abs(logits - ref.detach().numpy()).max() / np.abs(ref.detach().numpy()).max()), "logits"
+    for site in model.sites:
+        want = theirs.get(site.initializer)
+        if want is None:
+            return math.inf, f"{site.initializer} is no torch parameter"
+        got = site.to_onnx(site.param.grad).reshape(want.shape)
+        rel = float(np.abs(got - want).max() / max(np.abs(want).max(), floor, 1e-300))
+        if rel > worst:
+            worst, where = rel, site.initializer
+    missing = sorted(set(theirs) - {s.initializer for s in model.sites})
+    if missing:
+        return math.inf, f"torch parameters not in the graph: {', '.join(missing[:3])}"
+    return worst, where
+
+
+def train(data: bytes, batch: int, updates: int, steps: int) -> tuple[str, float]:
+    """``updates`` SGD updates of the float32 graph model (losses) and the median step time (ms)."""
+    import numpy as np
+    import onnx
+
+    from models.loss import softmax_cross_entropy
+    from models.onnx import load_graph
+    from models.onnx.network import graph_model
+
+    model = graph_model(load_graph(onnx.load_from_string(data), batch_size=batch))
+    n, c, h, w = model.graph.input_shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, h, w, c)).astype(np.float32)
+    labels = rng.integers(0, model.graph.output_shapes[0][1], batch)
+    losses, times = [], []
+    for i in range(max(updates, steps + 1)):
+        t0 = time.perf_counter()
+        loss, dlogits = softmax_cross_entropy(model.forward(x, training=True), labels)
+        model.backward(dlogits, need_dx=False)
+        times.append(time.perf_counter() - t0)
+        if i < updates:
+            losses.append(float(loss))
+            for p in model.params():
+                p.data -= 0.01 * p.grad
+    if not all(math.isfinite(v) for v in losses):
+        raise FloatingPointError(f"loss {losses}")
+    return " -> ".join(f"{v:.3f}" for v in losses[:1] + losses[-1:]), statistics.median(times[1:]) * 1e3
+
+
+def row(name: str, timm_model: bool, args) -> str:
+    import onnx
+
+    from models.onnx import OnnxFile, ProfiledGraph
+    from models.onnx.check import check_file
+
+    cells = {"exported": "no", "predicts": "-", "trains": "-", "gradients equal": "-", "step ms": "-",
+             "first blocker": ""}
+    try:
+        net, size = build(name, timm_model, args.size, args.classes)
+        data = export(net, size, args.batch, 17)
+        opset = 17
+        if any(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node):
+            data, opset = export(net, size, args.batch, 20), 20
+        cells["exported"] = f"yes (opset {opset}, {size}px)"
+    except Exception as e:
+        cells["first blocker"] = f"export: {_line(e)}"
+        return _format(name, cells)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.onnx")
+        Path(path).write_bytes(data)
+        try:
+            report = check_file(OnnxFile(path, name), size)
+        except Exception as e:
+            cells["first blocker"] = f"check: {_line(e)}"
+            return _format(name, cells)
+    blockers = report.predict.lines or report.train.lines
+    cells["first blocker"] = blockers[0] if blockers else ""
+    if report.predict.clean:
+        try:
+            from models.onnx import load_graph
+
+            ProfiledGraph(load_graph(onnx.load_from_string(data), batch_size=args.batch)).profile(args.batch)
+            cells["predicts"] = "yes"
+        except Exception as e:
+            cells["predicts"], cells["first blocker"] = "no", f"profile: {_line(e)}"
+    else:
+        cells["predicts"] = "no"
+    if not report.train.clean:
+        cells["trains"] = "no"
+        return _format(name, cells)
+    try:
+        losses, ms = train(data, args.batch, args.updates, args.steps)
+        cells["trains"], cells["step ms"] = f"yes (loss {losses})", f"{ms:.1f}"
+    except Exception as e:
+        cells["trains"], cells["first blocker"] = "no", f"train: {_line(e)}"
+        if args.verbose:
+            traceback.print_exc()
+        return _format(name, cells)
+    try:
+        no_randomness(net)
+        exact = export(net.float(), size, 2, opset)
+        worst, where = gradients(net, exact, (2, 3, size, size))
+        cells["gradients equal"] = (f"yes ({worst:.0e})" if worst <= RTOL else f"no ({worst:.1e} at {where})")
+    except Exception as e:
+        cells["gradients equal"] = f"no ({_line(e)})"
+        if args.verbose:
+            traceback.print_exc()
+    return _format(name, cells)
+
+
+def _format(name: str, cells: dict) -> str:
+    text = [name] + [str(cells[k]).replace("|", "/") for k in ("exported", "predicts", "trains", "gradients equal",
+                                                              "step ms", "first blocker")]
+    return "| " + " | ".join(text) + " |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", help="comma-separated torchvision names (default: every classification model)")
+    ap.add_argument("--timm", action="store_true", help="also a short list of timm models, when timm is installed")
+    ap.add_argument("--size", type=int, default=64, help="image size, where the model takes it (default 64)")
+    ap.add_argument("--batch", type=int, default=4, help="batch of the training updates and step time")
+    ap.add_argument("--classes", type=int, default=10, help="classes of each classifier")
+    ap.add_argument("--updates", type=int, default=3, help="SGD updates of the float32 graph model")
+    ap.add_argument("--steps", type=int, default=3, help="steps timed (after one warm-up)")
+    ap.add_argument("--threads", type=int, default=1, help="numba, BLAS and torch threads")
+    ap.add_argument("--out", type=Path, help="also write the table here")
+    ap.add_argument("--verbose", action="store_true", help="tracebacks of failed stages on stderr")
+    args = ap.parse_args()
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    import torch
+    import torchvision
+
+    torch.set_num_threads(args.threads)
+    names = [(n, False) for n in (args.models.split(",") if args.models
+                                  else torchvision.models.list_models(module=torchvision.models))]
+    if args.timm:
+        if importlib.util.find_spec("timm") is None:
+            print("timm is not installed: torchvision's models only", file=sys.stderr)
+        else:
+            names += [(n, True) for n in TIMM_MODELS]
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {args.size}px where the model takes "
+          f"it, batch {args.batch}, {args.classes} classes, {args.threads} thread(s)")
+    print(HEADER)
+    rows = [HEADER]
+    for name, timm_model in names:
+        line = row(name, timm_model, args)
+        print(line, flush=True)
+        rows.append(line)
+        gc.collect()
+    if args.out:
+        args.out.write_text("\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

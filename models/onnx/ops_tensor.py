@@ -1,0 +1,128 @@
+"""Graph ops on computed tensors that the layer API has no layer for: indexing (Slice, Gather with constant
+indices; Split is one ``Slice`` per output), constant padding (Pad), ``ReduceMean`` over any axes but the batch's, and the element-wise
+``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``; forward and backward side by side, in numpy.
+
+The indexing ops and the mean work in ONNX's layout (an image-shaped tensor, NHWC inside the engine, is
+transposed to NCHW and back, as ``Move`` does); the element-wise ones need no layout. A tensor read by several
+ops (Split's outputs all read its input) gets the sum of their gradients from ``GraphBlock``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.onnx.ops import GraphOp, from_onnx, to_onnx
+
+
+class Slice(GraphOp):
+    """``x[index]`` in ONNX's layout, ``index`` a tuple of Python slices (one per axis, the batch's whole).
+    Keeps the input's shape."""
+
+    def __init__(self, name, inputs, output, index: tuple[slice, ...]) -> None:
+        super().__init__(name, inputs, output)
+        self.index = index
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.x_shape, self.dtype = x.shape, x.dtype
+        return from_onnx(np.ascontiguousarray(x[self.index]))
+
+    def backward(self, dy):
+        dx = np.zeros(self.x_shape, self.dtype)
+        dx[self.index] = to_onnx(dy)
+        return [from_onnx(dx)]
+
+
+class Pad(GraphOp):
+    """``np.pad`` with a constant value in ONNX's layout, ``pads`` ((before, after), ...) one pair per axis, none
+    negative, the batch's (0, 0). Keeps the input's shape."""
+
+    def __init__(self, name, inputs, output, pads: tuple[tuple[int, int], ...], value: float) -> None:
+        super().__init__(name, inputs, output)
+        self.pads, self.value = pads, value
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.index = tuple(slice(b, b + n) for (b, _), n in zip(self.pads, x.shape))
+        return from_onnx(np.pad(x, self.pads, constant_values=self.value))
+
+    def backward(self, dy):
+        return [from_onnx(np.ascontiguousarray(to_onnx(dy)[self.index]))]
+
+
+class Gather(GraphOp):
+    """``np.take(x, indices, axis)`` in ONNX's layout (constant indices, negative ones wrapped; a scalar index
+    drops the axis). Keeps the input's shape."""
+
+    def __init__(self, name, inputs, output, indices: np.ndarray, axis: int) -> None:
+        super().__init__(name, inputs, output)
+        self.indices, self.axis = np.asarray(indices, np.int64), axis
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.x_shape, self.dtype = x.shape, x.dtype
+        return from_onnx(np.ascontiguousarray(np.take(x, self.indices % x.shape[self.axis], axis=self.axis)))
+
+    def backward(self, dy):
+        dx = np.zeros(self.x_shape, self.dtype)
+        idx = (self.indices % self.x_shape[self.axis]).reshape(-1)
+        g = np.moveaxis(to_onnx(dy).reshape(self.x_shape[:self.axis] + (idx.size,) + self.x_shape[self.axis + 1:]),
+                        self.axis, 0)
+        np.add.at(np.moveaxis(dx, self.axis, 0), idx, g)  # repeated indices add up
+        return [from_onnx(dx)]
+
+
+class ReduceMean(GraphOp):
+    """The mean over ``axes`` (ONNX's, never the batch's) in ONNX's layout, ``keepdims`` 0 or 1. Keeps the input's
+    shape."""
+
+    def __init__(self, name, inputs, output, axes: tuple[int, ...], keepdims: bool) -> None:
+        super().__init__(name, inputs, output)
+        self.axes, self.keepdims = tuple(sorted(axes)), keepdims
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.x_shape = x.shape
+        return from_onnx(np.ascontiguousarray(x.mean(axis=self.axes, keepdims=self.keepdims)))
+
+    def backward(self, dy):
+        g = to_onnx(dy)
+        if not self.keepdims:
+            g = np.expand_dims(g, self.axes)
+        count = int(np.prod([self.x_shape[a] for a in self.axes]))
+        return [from_onnx(np.ascontiguousarray(np.broadcast_to(g / count, self.x_shape)))]
+
+
+class Power(GraphOp):
+    """``Pow(x, p)`` with a constant scalar exponent, ``Sqrt`` (p = 1/2) and ``Reciprocal`` (p = -1), element-wise;
+    p = 2 and 3 are products (torch's ``pow`` for them too: x * x, x * x * x). Keeps the input."""
+
+    def __init__(self, name, inputs, output, op: str, p: float) -> None:
+        super().__init__(name, inputs, output)
+        self.op, self.p = op, float(p)
+
+    def forward(self, xs, training):
+        x = self.x = xs[0]
+        if self.op == "Sqrt":
+            self.y = np.sqrt(x)
+            return self.y
+        if self.op == "Reciprocal":
+            self.y = 1 / x
+            return self.y
+        if self.p == 2:
+            return x * x
+        if self.p == 3:
+            return x * x * x
+        return np.power(x, self.p).astype(x.dtype, copy=False)
+
+    def backward(self, dy):
+        x = self.x
+        if self.op == "Sqrt":
+            return [dy / (2 * self.y)]
+        if self.op == "Reciprocal":
+            return [-dy * self.y * self.y]
+        if self.p == 2:
+            return [dy * (2 * x)]
+        if self.p == 3:
+            return [dy * (3 * (x * x))]
+        return [(dy * (self.p * np.power(x, self.p - 1))).astype(dy.dtype, copy=False)]
