@@ -237,9 +237,9 @@ class NetnsCluster:
         for kernels without netem); None, or why it cannot."""
         if shutil.which("nft") is None:
             return "no `nft` here (apt-get install nftables)"
-        rules = (f"table inet {PREFIX} {{ chain lossy_in {{ type filter hook input priority 0; "
-                 f"iifname eth0 numgen random mod 100 < {percent} drop; }} chain lossy_out {{ type filter hook output "
-                 f"priority 0; oifname eth0 numgen random mod 100 < {percent} drop; }} }}")
+        rules = "".join(f"table inet {PREFIX} {{\n  chain lossy_{hook} {{\n    type filter hook {hook} priority 0;\n"
+                        f"    {side} eth0 numgen random mod 100 < {percent} drop;\n  }}\n}}\n"
+                        for hook, side in (("input", "iifname"), ("output", "oifname")))
         res = subprocess.run(["ip", "netns", "exec", self.namespaces[k], "nft", "-f", "-"], input=rules,
                              capture_output=True, text=True)
         return None if res.returncode == 0 else f"`nft` refuses the rules: {res.stderr.strip()}"
