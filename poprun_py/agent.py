@@ -46,7 +46,7 @@ from poprun_py.processes import (
     sweep_also,
 )
 from poprun_py.progress import MPI_READY
-from poprun_py.shm import SegmentTracker
+from poprun_py.shm import SEGMENTS_LIST, SegmentTracker, listed_segments
 from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
@@ -74,7 +74,9 @@ class Agent:
         self._state = _State()
         self._progress = {"what": "", "n": 0, "dirty": False, "sent": 0.0}
         self._progress_lock = threading.Lock()
-        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_i{info.index}_")
+        # named after the run, so that whatever is left of it can be told apart (its sweeper removes it)
+        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_{_safe(spec.run_id)}_i{info.index}_")
+        self._segments_file = os.path.join(self._tmpdir, SEGMENTS_LIST)  # the program lists its own there
         self._logs: dict[str, object] = {}
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
@@ -104,6 +106,7 @@ class Agent:
         env[envc.ERROR_FILE] = error_file
         env[envc.UNDER_AGENT] = "1"
         env[envc.JOB_TOKEN] = self._token
+        env[envc.SEGMENTS_FILE] = self._segments_file
         # `import popdist`: poprun_py's folder on the path, where POPRUN_POPDIST says (env.with_popdist)
         env["PYTHONPATH"] = envc.python_path_with_popdist(env.get("PYTHONPATH"), envc.popdist_choice(env))
         return env
@@ -203,7 +206,7 @@ class Agent:
         # If the MPI launcher kills this agent before it has stopped its program's tree (MPICH
         # does, once another rank ended abnormally), the sweeper still finds every descendant by
         # the token in its environment, including those in sessions of their own.
-        self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token)
+        self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token, workdir=self._tmpdir)
         self._fence.start()
         cpus = self._place()
         self._open_logs()
@@ -256,7 +259,7 @@ class Agent:
             self._linger()
             # Every instance has ended: the MPI segments its processes mapped are garbage now
             # (MPICH unlinks them only in MPI_Finalize, which an abnormal end never reaches).
-            self._shm.remove()
+            self._remove_segments()
         return 128 + sig if sig else code
 
     def _linger(self) -> None:
@@ -270,6 +273,11 @@ class Agent:
         while self._state.stop_requests < 2 and time.monotonic() < deadline:
             self._state.stopped.wait(max(0.0, deadline - time.monotonic()))
             self._state.stopped.clear()
+
+    def _remove_segments(self) -> None:
+        """Unlink the program's MPI segments: those the scans found and those it listed itself."""
+        self._shm.segments |= listed_segments(self._segments_file)
+        self._shm.remove()
 
     def _sweep_also(self, path: str) -> None:
         if self._sweeper is not None:
@@ -340,7 +348,7 @@ class Agent:
         self._scan_shm(tree)
         self.kill_tree()
         psutil.wait_procs(tree, timeout=2.0)
-        self._shm.remove()
+        self._remove_segments()
         os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -388,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         agent.finish()
         _cleanup(agent._tmpdir)
+
+
+def _safe(text: str) -> str:
+    """``text`` fit for a file name."""
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)[:64]
 
 
 def _cleanup(path: str) -> None:
