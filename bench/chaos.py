@@ -135,21 +135,26 @@ def check(result: JobResult, run_dir: Path, baseline: Path, steps: int) -> None:
         return
     if len(result.reasons) < 2:
         result.problems.append(f"the fault did not cause a restart (attempts: {result.reasons})")
+    result.problems += bitwise_problems(run_dir, baseline, steps)
+
+
+def bitwise_problems(run_dir: Path, baseline: Path, steps: int) -> list[str]:
+    """How the run's final checkpoint (at update ``steps``) and per-update losses differ from the
+    baseline's; empty when they are bitwise the same."""
     try:
         got, step, losses = final_state(run_dir)
         want, _, want_losses = final_state(baseline)
-    except (ValueError, OSError) as err:
-        result.problems.append(str(err))
-        return
-    if step != steps:
-        result.problems.append(f"the last checkpoint is at update {step}, not {steps}")
+    except (ValueError, OSError, KeyError) as err:
+        return [f"no final state: {err}"]
+    problems = [] if step == steps else [f"the last checkpoint is at update {step}, not {steps}"]
     if set(got) != set(want):
-        result.problems.append(f"checkpoint keys differ: {sorted(set(got) ^ set(want))}")
+        problems.append(f"checkpoint keys differ: {sorted(set(got) ^ set(want))}")
     differ = [k for k in want if k in got and not np.array_equal(got[k], want[k])]
     if differ:
-        result.problems.append(f"{len(differ)} array(s) differ from the uninterrupted run, e.g. {differ[0]}")
+        problems.append(f"{len(differ)} array(s) differ from the uninterrupted run, e.g. {differ[0]}")
     if losses.shape != want_losses.shape or not np.array_equal(losses, want_losses):
-        result.problems.append("the per-update losses differ from the uninterrupted run")
+        problems.append("the per-update losses differ from the uninterrupted run")
+    return problems
 
 
 def describe(fault: Fault) -> str:

@@ -183,7 +183,7 @@ class HostChaos:
         if t_fault is not None:
             out.restart_s = _since(t_fault, job.first_line_after(t_fault, "poprun_py: restarting the job"))
             out.training_s = _since(t_fault, job.first_line_after(t_fault, "INFO launch.train: Resumed from"))
-        out.problems += self._leftovers(fault, run_dir, t_fault, shm_before)
+        out.problems += self._leftovers(fault, run_dir, t_fault, shm_before, _run_id(logs))
         self._judge(out, run_dir, logs)
         self._restore(fault, run_dir)
         return out
@@ -212,7 +212,8 @@ class HostChaos:
         program.resume()
         return t
 
-    def _leftovers(self, fault: HostFault, run_dir: Path, t_fault: float | None, shm_before: set[str]) -> list[str]:
+    def _leftovers(self, fault: HostFault, run_dir: Path, t_fault: float | None, shm_before: set[str],
+                   run_id: str | None) -> list[str]:
         found = []
         if fault.kind == CUT_LINK:  # the cut-off host stops its own part of the job (poprun_py.fence)
             bound = (t_fault or time.time()) + fence_after(self.hang) + 15.0 - time.time()
@@ -226,9 +227,16 @@ class HostChaos:
         found += [f"process pid {p.pid} still running" for p in alive]
         for p in alive:
             p.kill()
-        for k in range(self.hosts):  # the next job starts clean whatever this one left
+        tmp = Path(tempfile.gettempdir())  # the agents' working folders, named after the run
+        folders = sorted(tmp.glob(f"poprun_{run_id}_*")) if run_id else []
+        found += [f"an agent's working folder {f}" for f in folders]
+        for folder in folders:  # the next job starts clean whatever this one left
+            shutil.rmtree(folder, ignore_errors=True)
+        for k in range(self.hosts):
             for p in self.cluster.job_processes(k):
                 p.kill()
+            for name in self.cluster.shm_files(k):
+                Path(f"/proc/{self.cluster.sshd_pids[k]}/root/dev/shm/{name}").unlink(missing_ok=True)
         return found
 
     def _restore(self, fault: HostFault, run_dir: Path) -> None:
@@ -250,7 +258,7 @@ class HostChaos:
         victim = {self.cluster.names[fault.host], self.cluster.addresses[fault.host]}
         stop_due = fault.kind in HOST_LOSS and fault.policy != "elastic"
         if out.code == 0:
-            out.problems += self._bitwise(run_dir)
+            out.problems += chaos.bitwise_problems(run_dir, self.baseline, self.steps)
             restart_due = fault.kind != DEGRADE
             if stop_due:
                 out.problems.append(f"went on although the {fault.policy} policy rules it out")
@@ -269,19 +277,6 @@ class HostChaos:
         elif not stop_due and fault.kind != DISK_FULL:
             out.problems.append(f"stopped although it could go on: {said[:200]}")
         out.verdict = "other" if out.problems else "stopped"
-
-    def _bitwise(self, run_dir: Path) -> list[str]:
-        try:
-            got, step, losses = chaos.final_state(run_dir)
-            want, _, want_losses = chaos.final_state(self.baseline)
-        except (ValueError, OSError, KeyError) as err:
-            return [f"no final state: {err}"]
-        problems = [] if step == self.steps else [f"the last checkpoint is at update {step}, not {self.steps}"]
-        if set(got) != set(want) or any(not np.array_equal(got[k], want[k]) for k in want):
-            problems.append("the final checkpoint differs from the uninterrupted run's")
-        if losses.shape != want_losses.shape or not np.array_equal(losses, want_losses):
-            problems.append("the per-update losses differ from the uninterrupted run's")
-        return problems
 
     def _checkpoints(self, run_dir: Path) -> list[str]:
         """Every checkpoint left must load and hold bitwise the uninterrupted run's arrays of its update;
@@ -304,6 +299,13 @@ class HostChaos:
             if len(losses) > len(want_losses) or not np.array_equal(losses, want_losses[:len(losses)]):
                 problems.append("the per-update losses logged differ from the uninterrupted run's")
         return problems
+
+
+def _run_id(logs: Path) -> str | None:
+    try:
+        return json.loads((logs / "run.json").read_text())["run_id"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _since(t0: float, t1: float | None) -> float | None:
