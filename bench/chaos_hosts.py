@@ -25,7 +25,9 @@ message (one line naming the host and the cause, where the policy or the fault r
 or **other** (a hang, a process left on any host, a file left in any host's /dev/shm or this one's,
 a half-written, lost or wrong checkpoint, a wrong result, a stop where recovery was due). The
 recovery time runs from the fault (the host killed or cut, the signal sent) to the restarted
-attempt's ``Resumed from`` line: training again.
+attempt's training: its ``Training ...`` line, or its ``Resumed from ...`` line where it loads a
+checkpoint. A killed host keeps its agent's working folder in its own /tmp (it cannot clean up;
+its /tmp is cleared when it boots): that one is not counted.
 """
 
 from __future__ import annotations
@@ -182,7 +184,10 @@ class HostChaos:
         out.wall_s, out.stderr = time.perf_counter() - started, job.stderr
         if t_fault is not None:
             out.restart_s = _since(t_fault, job.first_line_after(t_fault, "poprun_py: restarting the job"))
-            out.training_s = _since(t_fault, job.first_line_after(t_fault, "INFO launch.train: Resumed from"))
+            # training again: the restarted attempt has loaded its checkpoint (or starts from scratch)
+            starts = [job.first_line_after(t_fault, text) for text in ("INFO launch.train: Training ",
+                                                                       "INFO launch.train: Resumed from")]
+            out.training_s = _since(t_fault, max(starts, key=lambda t: t or 0.0) if starts[0] else None)
         out.problems += self._leftovers(fault, run_dir, t_fault, shm_before, _run_id(logs))
         self._judge(out, run_dir, logs)
         self._restore(fault, run_dir)
@@ -229,7 +234,9 @@ class HostChaos:
             p.kill()
         tmp = Path(tempfile.gettempdir())  # the agents' working folders, named after the run
         folders = sorted(tmp.glob(f"poprun_{run_id}_*")) if run_id else []
-        found += [f"an agent's working folder {f}" for f in folders]
+        # a killed host cannot clean up after itself: its own /tmp keeps its agent's folder (until it boots)
+        dead = f"poprun_{run_id}_i{fault.host}_" if fault.kind == KILL_HOST else None
+        found += [f"an agent's working folder {f}" for f in folders if not (dead and f.name.startswith(dead))]
         for folder in folders:  # the next job starts clean whatever this one left
             shutil.rmtree(folder, ignore_errors=True)
         for k in range(self.hosts):
