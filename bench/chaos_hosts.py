@@ -26,8 +26,7 @@ or **other** (a hang, a process left on any host, a file left in any host's /dev
 a half-written, lost or wrong checkpoint, a wrong result, a stop where recovery was due). The
 recovery time runs from the fault (the host killed or cut, the signal sent) to the restarted
 attempt's training: its ``Training ...`` line, or its ``Resumed from ...`` line where it loads a
-checkpoint. A killed host keeps its agent's working folder in its own /tmp (it cannot clean up;
-its /tmp is cleared when it boots): that one is not counted.
+checkpoint. What a killed host itself leaves is not counted (see ``_leftovers``).
 """
 
 from __future__ import annotations
@@ -183,12 +182,14 @@ class HostChaos:
             job.kill()
         out.wall_s, out.stderr = time.perf_counter() - started, job.stderr
         if t_fault is not None:
-            out.restart_s = _since(t_fault, job.first_line_after(t_fault, "poprun_py: restarting the job"))
+            restart = job.first_line_after(t_fault, "poprun_py: restarting the job")
+            out.restart_s = restart and restart - t_fault
             # training again: the restarted attempt has loaded its checkpoint (or starts from scratch)
-            starts = [job.first_line_after(t_fault, text) for text in ("INFO launch.train: Training ",
-                                                                       "INFO launch.train: Resumed from")]
-            out.training_s = _since(t_fault, max(starts, key=lambda t: t or 0.0) if starts[0] else None)
-        out.problems += self._leftovers(fault, run_dir, t_fault, shm_before, _run_id(logs))
+            starts = [job.first_line_after(restart, text) for text in ("INFO launch.train: Training ",
+                                                                       "INFO launch.train: Resumed from")] \
+                if restart else [None]
+            out.training_s = starts[0] and max(t or 0.0 for t in starts) - t_fault
+        out.problems += self._leftovers(fault, run_dir, t_fault, shm_before, _run_id(logs), out.code)
         self._judge(out, run_dir, logs)
         self._restore(fault, run_dir)
         return out
@@ -218,13 +219,18 @@ class HostChaos:
         return t
 
     def _leftovers(self, fault: HostFault, run_dir: Path, t_fault: float | None, shm_before: set[str],
-                   run_id: str | None) -> list[str]:
+                   run_id: str | None, code: int | None) -> list[str]:
         found = []
         if fault.kind == CUT_LINK:  # the cut-off host stops its own part of the job (poprun_py.fence)
             bound = (t_fault or time.time()) + fence_after(self.hang) + 15.0 - time.time()
             found += leftovers(self.cluster, hosts=[fault.host], wait=max(5.0, bound))
             self.cluster.cut_link(fault.host, up=True)
-        found += leftovers(self.cluster, run_dir)
+        # A killed host cannot clean up: its /tmp keeps its agent's folder (until it boots), and a
+        # checkpoint it was writing stays half-written (.tmp, never read) until a run goes on in the folder
+        # (launch.train.run_dir removes it then: a restart here, --resume auto after a stop).
+        dead = f"poprun_{run_id}_i{fault.host}_" if fault.kind == KILL_HOST else None
+        found += [x for x in leftovers(self.cluster, run_dir)
+                  if not (dead and fault.host == 0 and code != 0 and x.startswith("half-written"))]
         found += [f"/dev/shm of this host: {name}" for name in set(os.listdir("/dev/shm")) - shm_before
                   if name.startswith("mpich")]
         mine = [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
@@ -234,8 +240,6 @@ class HostChaos:
             p.kill()
         tmp = Path(tempfile.gettempdir())  # the agents' working folders, named after the run
         folders = sorted(tmp.glob(f"poprun_{run_id}_*")) if run_id else []
-        # a killed host cannot clean up after itself: its own /tmp keeps its agent's folder (until it boots)
-        dead = f"poprun_{run_id}_i{fault.host}_" if fault.kind == KILL_HOST else None
         found += [f"an agent's working folder {f}" for f in folders if not (dead and f.name.startswith(dead))]
         for folder in folders:  # the next job starts clean whatever this one left
             shutil.rmtree(folder, ignore_errors=True)
@@ -313,10 +317,6 @@ def _run_id(logs: Path) -> str | None:
         return json.loads((logs / "run.json").read_text())["run_id"]
     except (OSError, ValueError, KeyError):
         return None
-
-
-def _since(t0: float, t1: float | None) -> float | None:
-    return None if t1 is None else t1 - t0
 
 
 def _stop_message(stderr: str, fault: HostFault, victim: set[str]) -> str | None:
