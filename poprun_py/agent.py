@@ -46,7 +46,7 @@ from poprun_py.processes import (
     sweep_also,
 )
 from poprun_py.progress import MPI_READY
-from poprun_py.shm import SEGMENTS_LIST, SegmentTracker, listed_segments
+from poprun_py.shm import SEGMENTS_LIST, SegmentTracker
 from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
@@ -74,13 +74,13 @@ class Agent:
         self._state = _State()
         self._progress = {"what": "", "n": 0, "dirty": False, "sent": 0.0}
         self._progress_lock = threading.Lock()
-        # named after the run, so that whatever is left of it can be told apart (its sweeper removes it)
-        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_{_safe(spec.run_id)}_i{info.index}_")
+        run = "".join(c if c.isalnum() or c in "-." else "_" for c in spec.run_id)[:64]  # named after the run
+        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_{run}_i{info.index}_")
         self._segments_file = os.path.join(self._tmpdir, SEGMENTS_LIST)  # the program lists its own there
         self._logs: dict[str, object] = {}
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
-        self._shm = SegmentTracker(on_new=self._sweep_also)
+        self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
         self._fence = Fence(spec.config.hang_timeout, spec.config.grace_period, LINGER_S, self._fenced)
 
     # -- output to the launcher ---------------------------------------------------------------
@@ -233,7 +233,7 @@ class Agent:
                       error={"type": "OSError", "message": msg, "traceback": ""}, tail=[msg])
             return 127
         os.close(progress_w)
-        self._shm = SegmentTracker(on_new=self._sweep_also)
+        self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
         self.send(wire.START, pid=child.pid, host=socket.gethostname(), cpus=cpus)
         readers = [
             threading.Thread(target=self._relay, args=(child.stdout.fileno(), "out"), daemon=True),
@@ -259,7 +259,7 @@ class Agent:
             self._linger()
             # Every instance has ended: the MPI segments its processes mapped are garbage now
             # (MPICH unlinks them only in MPI_Finalize, which an abnormal end never reaches).
-            self._remove_segments()
+            self._shm.remove()
         return 128 + sig if sig else code
 
     def _linger(self) -> None:
@@ -273,11 +273,6 @@ class Agent:
         while self._state.stop_requests < 2 and time.monotonic() < deadline:
             self._state.stopped.wait(max(0.0, deadline - time.monotonic()))
             self._state.stopped.clear()
-
-    def _remove_segments(self) -> None:
-        """Unlink the program's MPI segments: those the scans found and those it listed itself."""
-        self._shm.segments |= listed_segments(self._segments_file)
-        self._shm.remove()
 
     def _sweep_also(self, path: str) -> None:
         if self._sweeper is not None:
@@ -348,7 +343,7 @@ class Agent:
         self._scan_shm(tree)
         self.kill_tree()
         psutil.wait_procs(tree, timeout=2.0)
-        self._remove_segments()
+        self._shm.remove()
         os.kill(os.getppid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -396,11 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         agent.finish()
         _cleanup(agent._tmpdir)
-
-
-def _safe(text: str) -> str:
-    """``text`` fit for a file name."""
-    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)[:64]
 
 
 def _cleanup(path: str) -> None:

@@ -105,11 +105,14 @@ class SegmentTracker:
 
     ``scan(pids)`` reads the maps now; ``due(now)`` says whether the schedule wants a scan;
     ``poke()`` (a progress report came) asks for one unless the last was recent. ``on_new`` is
-    called with every newly found path (the agent hands them to its sweeper).
+    called with every newly found path (the agent hands them to its sweeper); ``listed`` names the
+    file where the program lists its segments (``report_segments``): ``remove()`` removes those too.
     """
 
-    def __init__(self, started: float | None = None, on_new: Callable[[str], None] | None = None) -> None:
+    def __init__(self, started: float | None = None, on_new: Callable[[str], None] | None = None,
+                 listed: str | None = None) -> None:
         self.started = time.monotonic() if started is None else started
+        self._listed = listed  # a file where the program lists its segments itself (report_segments)
         self.segments: set[str] = set()
         self.scans = 0
         self._last = float("-inf")
@@ -151,8 +154,8 @@ class SegmentTracker:
         return new
 
     def remove(self) -> list[str]:
-        """Unlink every recorded segment (call once the tree has ended)."""
-        return remove_segments(self.segments)
+        """Unlink every recorded segment and every listed one (call once the tree has ended)."""
+        return remove_segments(self.segments | (listed_segments(self._listed) if self._listed else set()))
 
 
 _watcher_fd: int | None = None
