@@ -2,6 +2,7 @@
 uninterrupted run ends.
 
     python bench/chaos.py [--jobs 10] [--seed 0] [--steps 20] [--every 5] [--hang-timeout 20]
+    python bench/chaos.py --hosts 4 --faults 50 --seed 0    # host-level faults: bench/chaos_hosts.py
 
 One uninterrupted run first (the baseline, also the timing reference). Then ``--jobs`` runs of
 the same training under ``poprun_py --max-restarts 3``, each with one fault injected at an exact
@@ -134,21 +135,26 @@ def check(result: JobResult, run_dir: Path, baseline: Path, steps: int) -> None:
         return
     if len(result.reasons) < 2:
         result.problems.append(f"the fault did not cause a restart (attempts: {result.reasons})")
+    result.problems += bitwise_problems(run_dir, baseline, steps)
+
+
+def bitwise_problems(run_dir: Path, baseline: Path, steps: int) -> list[str]:
+    """How the run's final checkpoint (at update ``steps``) and per-update losses differ from the
+    baseline's; empty when they are bitwise the same."""
     try:
         got, step, losses = final_state(run_dir)
         want, _, want_losses = final_state(baseline)
-    except (ValueError, OSError) as err:
-        result.problems.append(str(err))
-        return
-    if step != steps:
-        result.problems.append(f"the last checkpoint is at update {step}, not {steps}")
+    except (ValueError, OSError, KeyError) as err:
+        return [f"no final state: {err}"]
+    problems = [] if step == steps else [f"the last checkpoint is at update {step}, not {steps}"]
     if set(got) != set(want):
-        result.problems.append(f"checkpoint keys differ: {sorted(set(got) ^ set(want))}")
+        problems.append(f"checkpoint keys differ: {sorted(set(got) ^ set(want))}")
     differ = [k for k in want if k in got and not np.array_equal(got[k], want[k])]
     if differ:
-        result.problems.append(f"{len(differ)} array(s) differ from the uninterrupted run, e.g. {differ[0]}")
+        problems.append(f"{len(differ)} array(s) differ from the uninterrupted run, e.g. {differ[0]}")
     if losses.shape != want_losses.shape or not np.array_equal(losses, want_losses):
-        result.problems.append("the per-update losses differ from the uninterrupted run")
+        problems.append("the per-update losses differ from the uninterrupted run")
+    return problems
 
 
 def describe(fault: Fault) -> str:
@@ -163,16 +169,29 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=int, default=10)
+    p.add_argument("--jobs", "--faults", dest="jobs", type=int, default=10, help="jobs, one fault each")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=20, help="weight updates per job")
-    p.add_argument("--every", type=int, default=5, help="checkpoint every this many updates")
-    p.add_argument("--hang-timeout", type=float, default=20.0, help="--hang-timeout of every job (seconds)")
-    p.add_argument("--time-limit", type=float, default=900.0, help="start no job after this many seconds")
+    p.add_argument("--hosts", type=int, default=0,
+                   help="real hosts (network namespaces over ssh, needs root) for host-level faults: "
+                        "bench/chaos_hosts.py; 0: instance faults on this host only")
+    p.add_argument("--steps", type=int, help="weight updates per job (20; 8 with --hosts)")
+    p.add_argument("--every", type=int, help="checkpoint every this many updates (5; 2 with --hosts)")
+    p.add_argument("--hang-timeout", type=float, help="--hang-timeout of every job (seconds; 20; 8 with --hosts)")
+    p.add_argument("--time-limit", type=float, help="start no job after this many seconds (900; 3600 with --hosts)")
     p.add_argument("--keep", action="store_true", help="keep the run folders (printed) for inspection")
     args = p.parse_args(argv)
-    if args.jobs < 1 or args.steps < args.every or args.every < 1:
-        p.error("need --jobs >= 1 and 1 <= --every <= --steps")
+    defaults = dict(steps=8, every=2, hang_timeout=8.0, time_limit=3600.0) if args.hosts else \
+        dict(steps=20, every=5, hang_timeout=20.0, time_limit=900.0)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.jobs < 1 or args.steps < args.every or args.every < 1 or args.hosts == 1 or args.hosts < 0:
+        p.error("need --jobs >= 1, 1 <= --every <= --steps and --hosts 0 or >= 2")
+    if args.hosts:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import chaos_hosts
+
+        return chaos_hosts.main(args)
     print(f"machine: {machine()}")
     work = Path(tempfile.mkdtemp(prefix="poprun_chaos_"))
     t0 = time.perf_counter()

@@ -46,7 +46,7 @@ from poprun_py.processes import (
     sweep_also,
 )
 from poprun_py.progress import MPI_READY
-from poprun_py.shm import SegmentTracker
+from poprun_py.shm import SEGMENTS_LIST, SegmentTracker
 from poprun_py.topology import InstanceInfo
 
 STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this long
@@ -74,11 +74,13 @@ class Agent:
         self._state = _State()
         self._progress = {"what": "", "n": 0, "dirty": False, "sent": 0.0}
         self._progress_lock = threading.Lock()
-        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_i{info.index}_")
+        run = "".join(c if c.isalnum() or c in "-." else "_" for c in spec.run_id)[:64]  # named after the run
+        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_{run}_i{info.index}_")
+        self._segments_file = os.path.join(self._tmpdir, SEGMENTS_LIST)  # the program lists its own there
         self._logs: dict[str, object] = {}
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
-        self._shm = SegmentTracker(on_new=self._sweep_also)
+        self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
         self._fence = Fence(spec.config.hang_timeout, spec.config.grace_period, LINGER_S, self._fenced)
 
     # -- output to the launcher ---------------------------------------------------------------
@@ -104,6 +106,7 @@ class Agent:
         env[envc.ERROR_FILE] = error_file
         env[envc.UNDER_AGENT] = "1"
         env[envc.JOB_TOKEN] = self._token
+        env[envc.SEGMENTS_FILE] = self._segments_file
         # `import popdist`: poprun_py's folder on the path, where POPRUN_POPDIST says (env.with_popdist)
         env["PYTHONPATH"] = envc.python_path_with_popdist(env.get("PYTHONPATH"), envc.popdist_choice(env))
         return env
@@ -203,7 +206,7 @@ class Agent:
         # If the MPI launcher kills this agent before it has stopped its program's tree (MPICH
         # does, once another rank ended abnormally), the sweeper still finds every descendant by
         # the token in its environment, including those in sessions of their own.
-        self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token)
+        self._sweeper = start_sweeper(envc.JOB_TOKEN, self._token, workdir=self._tmpdir)
         self._fence.start()
         cpus = self._place()
         self._open_logs()
@@ -230,7 +233,7 @@ class Agent:
                       error={"type": "OSError", "message": msg, "traceback": ""}, tail=[msg])
             return 127
         os.close(progress_w)
-        self._shm = SegmentTracker(on_new=self._sweep_also)
+        self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
         self.send(wire.START, pid=child.pid, host=socket.gethostname(), cpus=cpus)
         readers = [
             threading.Thread(target=self._relay, args=(child.stdout.fileno(), "out"), daemon=True),

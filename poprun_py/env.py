@@ -40,6 +40,7 @@ PROGRESS_FD = "POPRUN_PROGRESS_FD"
 ERROR_FILE = "POPRUN_ERROR_FILE"
 UNDER_AGENT = "POPRUN_UNDER_AGENT"
 JOB_TOKEN = "POPRUN_JOB_TOKEN"  # marks every process of one instance, for the sweeper
+SEGMENTS_FILE = "POPRUN_SEGMENTS_FILE"  # the program lists its MPI segments there (poprun_py/shm.py)
 FAULT = "POPRUN_FAULT"  # an injected fault for recovery tests (poprun_py/faults.py)
 # Which `import popdist` a program gets: auto = a real PopDist SDK if one is installed, else
 # poprun_py's; ours = poprun_py's; sdk = the SDK's or an ImportError. Set for the launcher (or the

@@ -29,7 +29,7 @@ from poprun_py.errors import EXIT_HANG, EXIT_INTERRUPTED, EXIT_TERMINATED, Confi
 from poprun_py.mpi_command import agent_command, build_mpiexec_argv
 from poprun_py.output import Console, TagFields
 from poprun_py.processes import child_preexec
-from poprun_py.report import InstanceState, failure_report, hang_report
+from poprun_py.report import InstanceState, failure_report, hang_report, mpi_end_report
 from poprun_py.topology import InstanceInfo, assign_instances
 
 logger = logging.getLogger(__name__)
@@ -371,12 +371,8 @@ class _Teardown:
         if self.reason == "failed":
             return 1, "failed"
         if returncode not in (0, None) or any(not s.ended for s in self.states):
-            tail = "\n".join("    " + line for line in self.mpi_lines[-STDERR_TAIL:])
-            self.job.console.message(
-                f"poprun_py: {os.path.basename(self.job.mpiexec)} ended with status {returncode} before every "
-                f"instance reported its end" + (f"; its last messages:\n{tail}" if tail else ""))
+            self.job.console.message(mpi_end_report(os.path.basename(self.job.mpiexec), returncode, self.mpi_lines,
+                                                    self.job.config.hosts))
             return (128 - returncode if returncode and returncode < 0 else returncode or 1), "mpi"
         return 0, "ok"
 
-
-STDERR_TAIL = 15

@@ -144,7 +144,7 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
         elif line.strip():
             other.append(line.decode(errors="replace").rstrip())
     problems = []
-    unreachable = {host: line for host in config.hosts for line in other if _names_host(line, host)}
+    unreachable = unreachable_hosts(other, config.hosts)
     unexplained = False
     for rank, host in enumerate(config.hosts):
         if rank in reports:
@@ -165,6 +165,12 @@ def run_preflight(config: LaunchConfig, *, mpiexec: str, flavor: str, python: st
     logger.info("Pre-flight checks took %.1f s: %s", time.monotonic() - started,
                 "problems found" if problems else "every host is ready")
     return problems
+
+
+def unreachable_hosts(lines: list[str], hosts) -> dict[str, str]:
+    """The hosts of ``hosts`` that an ssh error among ``lines`` (an MPI launcher's output) names, each
+    with the last such line."""
+    return {host: line for host in hosts for line in lines if _names_host(line, host)}
 
 
 def _names_host(line: str, host: str) -> bool:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
 
 import psutil
+
+from poprun_py.shm import SEGMENTS_LIST, listed_segments
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -91,12 +94,14 @@ def processes_with_env(name: str, value: str, exclude: tuple[int, ...] = ()) -> 
     return found
 
 
-def start_sweeper(name: str, value: str) -> tuple[int, int]:
+def start_sweeper(name: str, value: str, workdir: str | None = None) -> tuple[int, int]:
     """Fork a watchdog that, once this process ends in any way (even SIGKILL), kills every
     process carrying ``name=value`` in its environment, then removes the files named to it.
 
     Returns (watchdog pid, fd). Write a line with a file's absolute path (``sweep_also``) to have
     it removed after the sweep (the MPI shared-memory files of the tree, poprun_py/shm.py).
+    ``workdir``: this process's working folder, removed after the sweep too, with the MPI segments
+    listed in its ``SEGMENTS_LIST`` file (``poprun_py.shm.report_segments``: the program's own list).
     Closing the fd triggers the sweep; writing ``b"x"`` first says the tree is already clean and
     the watchdog leaves without scanning. The watchdog starts a session of its own, so whoever
     kills this process's group or session misses it. Call before starting threads.
@@ -120,12 +125,16 @@ def start_sweeper(name: str, value: str) -> tuple[int, int]:
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(procs, timeout=2.0)
-            for line in lines:
-                if line.startswith(b"/"):
-                    try:
-                        os.unlink(line)
-                    except OSError:
-                        pass
+            paths = [line for line in lines if line.startswith(b"/")]
+            if workdir is not None:
+                paths += [os.fsencode(p) for p in listed_segments(os.path.join(workdir, SEGMENTS_LIST))]
+            for path in paths:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
         finally:
             os._exit(0)
     os.close(read_fd)

@@ -119,3 +119,17 @@ def hang_report(states: list[InstanceState], now: float, timeout: float) -> str:
         "there; raise --hang-timeout if a step legitimately takes longer"
     )
     return "\n".join(lines)
+
+
+def mpi_end_report(mpiexec: str, returncode: int | None, lines: list[str], hosts: tuple[str, ...]) -> str:
+    """mpiexec ended before every instance reported its end. When ssh could not reach hosts of the job
+    (a host lost, and no --min-instances to leave it out), one line naming each and ssh's reason, as
+    the pre-flight checks say it; otherwise mpiexec's last lines."""
+    from poprun_py.preflight import ssh_problem, unreachable_hosts
+
+    head = f"poprun_py: {mpiexec} ended with status {returncode} before every instance reported its end"
+    unreachable = unreachable_hosts(lines, hosts)
+    if unreachable:
+        return head + ": " + "; ".join(ssh_problem(host, line.strip()) for host, line in unreachable.items())
+    tail = "\n".join("    " + line for line in lines[-STDERR_LINES:])
+    return head + (f"; its last messages:\n{tail}" if tail else "")

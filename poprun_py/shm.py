@@ -19,7 +19,10 @@ agent stops the program:
 each scan reads about 400 lines, 1 ms, plus 2 ms to list the tree, in the agent), and the agent
 removes what it recorded once the job has ended abnormally. A Python program run by the bootstrap
 also removes the segments its own process maps when it fails (``remove_own_segments``), before
-``MPI_Abort`` in in-MPI mode.
+``MPI_Abort`` in in-MPI mode. And right after MPI_Init, before it reports ``MPI_READY``, poprun_py's
+communicator lists them in the file the agent names (``report_segments``): an agent killed by
+the MPI launcher before its scan came (a host lost a moment after MPI_Init, and MPICH kills every
+rank) has its sweeper (``poprun_py.processes.start_sweeper``) remove them.
 
 In in-MPI mode there is no agent: each rank forks a small watcher (``start_watcher``) in a session
 of its own, which the MPI launcher's kills miss. It scans the rank on the same schedule, is told the
@@ -50,6 +53,7 @@ _DELETED = b" (deleted)"
 SCAN_AT_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 SCAN_EVERY_S = 60.0
 PROGRESS_SCAN_EVERY_S = 5.0
+SEGMENTS_LIST = "mpi_segments"  # in the agent's working folder: the program's own list (report_segments)
 
 
 def mapped_segments(pid: int) -> set[str]:
@@ -101,11 +105,14 @@ class SegmentTracker:
 
     ``scan(pids)`` reads the maps now; ``due(now)`` says whether the schedule wants a scan;
     ``poke()`` (a progress report came) asks for one unless the last was recent. ``on_new`` is
-    called with every newly found path (the agent hands them to its sweeper).
+    called with every newly found path (the agent hands them to its sweeper); ``listed`` names the
+    file where the program lists its segments (``report_segments``): ``remove()`` removes those too.
     """
 
-    def __init__(self, started: float | None = None, on_new: Callable[[str], None] | None = None) -> None:
+    def __init__(self, started: float | None = None, on_new: Callable[[str], None] | None = None,
+                 listed: str | None = None) -> None:
         self.started = time.monotonic() if started is None else started
+        self._listed = listed  # a file where the program lists its segments itself (report_segments)
         self.segments: set[str] = set()
         self.scans = 0
         self._last = float("-inf")
@@ -147,8 +154,8 @@ class SegmentTracker:
         return new
 
     def remove(self) -> list[str]:
-        """Unlink every recorded segment (call once the tree has ended)."""
-        return remove_segments(self.segments)
+        """Unlink every recorded segment and every listed one (call once the tree has ended)."""
+        return remove_segments(self.segments | (listed_segments(self._listed) if self._listed else set()))
 
 
 _watcher_fd: int | None = None
@@ -210,16 +217,45 @@ def _watch(parent: int, fd: int) -> None:
 
 
 def report_segments() -> None:
-    """Hand the MPI segments this process maps to its watcher, if it has one (call right after
-    MPI_Init; a one-off read of ``/proc/self/maps``)."""
-    if _watcher_fd is None:
+    """Hand the MPI segments this process maps to whoever removes them after an abnormal end (call
+    right after MPI_Init; a one-off read of ``/proc/self/maps``): the rank's watcher (in-MPI mode), and
+    the file the agent names in ``POPRUN_SEGMENTS_FILE`` (launcher mode), which the agent and its
+    sweeper read, so that an agent killed before its own scan found them leaves none either."""
+    from poprun_py.env import SEGMENTS_FILE
+
+    listed = os.environ.get(SEGMENTS_FILE)
+    if _watcher_fd is None and not listed:
         return
     paths = mapped_segments(os.getpid())
-    if paths:
+    if not paths:
+        return
+    data = b"".join(os.fsencode(p) + b"\n" for p in sorted(paths))
+    if _watcher_fd is not None:
         try:
-            os.write(_watcher_fd, b"".join(os.fsencode(p) + b"\n" for p in sorted(paths)))
+            os.write(_watcher_fd, data)
         except OSError:
             pass
+    if listed:
+        try:
+            fd = os.open(listed, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def listed_segments(path: str) -> set[str]:
+    """The MPI segments listed in ``path`` (``report_segments``); only names of MPI segments directly
+    in /dev/shm count, whatever else the file holds."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return set()
+    return {line for line in lines
+            if os.path.dirname(line) == SHM_DIR and os.path.basename(line).startswith(MPI_PREFIXES)}
 
 
 def _watcher_done() -> None:

@@ -10,7 +10,9 @@ A checkpoint is ``<run_dir>/checkpoints/ckpt-<step:08d>.h5`` holding
 
 No pickle anywhere. Writing goes to ``ckpt-....h5.tmp`` in the same folder, is flushed and
 fsynced, then ``os.replace``d over the final name (atomic on POSIX), and the folder is fsynced:
-a crash at any point leaves either the old set of checkpoints or the new one, never a torn file.
+a crash at any point leaves either the old set of checkpoints or the new one, never a torn file
+(a crash before the rename leaves the ``.tmp``, never read, which the run that continues in the
+folder removes: :func:`remove_partial`).
 The newest ``keep`` checkpoints of the run (``meta["run_id"]``) are kept; files of any other run
 are left alone (``launch.train.run_dir`` keeps one run to a folder).
 
@@ -115,6 +117,18 @@ def _of_run(paths: list[Path], run_id: str | None) -> list[Path]:
         except ValueError:  # unreadable: not provably ours, so never deleted or resumed
             continue
     return out
+
+
+def remove_partial(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete the half-written checkpoints (``ckpt-<step>.h5.tmp``) in ``run_dir``, which a run stopped
+    while it wrote one left (SIGKILL, its host lost); the paths removed. Call holding the folder's lock."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    partial = sorted(p for p in folder.iterdir() if p.name.endswith(".tmp") and _NAME.match(p.name[:-4]))
+    for path in partial:
+        path.unlink(missing_ok=True)
+    return partial
 
 
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:

@@ -273,6 +273,8 @@ def _in_use(folder: Path, running: str = "") -> str:
 def _continue(folder: Path, config: dict, restart_of: str) -> Decision:
     """Resume the run in ``folder`` from its newest checkpoint of that run, if the config matches."""
     _lock(folder)
+    for partial in ckpt.remove_partial(folder):
+        logger.info("Removed %s: a checkpoint left half-written when an earlier attempt was stopped.", partial)
     identity = read_identity(folder)
     if identity is not None:
         _check_config(identity.get("config", {}), config, folder / IDENTITY_FILE)

@@ -11,7 +11,9 @@ addresses. MPI's traffic between hosts then crosses TCP between namespaces.
 
 Faults act on one host: :meth:`kill_host` (every process of the host at once, its sshd too),
 :meth:`cut_link` (``ip link set down`` on its end of the veth pair: a partition),
-:meth:`shape_link` (``tc``: netem's delay and loss, or tbf's rate limit). :meth:`close` leaves nothing: it kills every
+:meth:`shape_link` (``tc``: netem's delay and loss, or tbf's rate limit), :meth:`drop_packets` (nftables:
+random loss where the kernel has no netem); :meth:`revive_host` starts a killed host's sshd again and
+:meth:`unshape_link` undoes the last two. :meth:`close` leaves nothing: it kills every
 process in each namespace, deletes the namespaces (their veth pairs go with them) and the bridge.
 
 ``python netns_cluster.py --host-init NAME HOSTS_FILE -- sshd ...`` is run inside each namespace
@@ -133,34 +135,48 @@ class NetnsCluster:
         _ip("-n", ns, "link", "set", "eth0", "up")
         _ip("-n", ns, "link", "set", "lo", "up")
 
-    def _start_sshds(self) -> None:
-        """Start every host's sshd and wait for each to say it listens (sd_notify's READY=1)."""
+    def _start_sshds(self, hosts: list[int] | None = None) -> None:
+        """Start the sshd of each of ``hosts`` (default: all) and wait for each to say it listens
+        (sd_notify's READY=1)."""
+        hosts = list(range(self.count)) if hosts is None else hosts
         notify = self.folder / "notify.sock"
+        notify.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(str(notify))
-        sock.settimeout(READY_TIMEOUT_S)
         try:
-            for k in range(self.count):
+            for k in hosts:
                 argv = ["ip", "netns", "exec", self.namespaces[k], "unshare", "--uts", "--ipc", "--mount",
                         "--propagation", "private", "--", sys.executable, os.path.abspath(__file__), "--host-init",
                         self.names[k], str(self.folder / "etc_hosts"), "--",
                         SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")]
-                log = open(self.folder / f"sshd_{self.names[k]}.log", "wb")
+                log = open(self.folder / f"sshd_{self.names[k]}.log", "ab")
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                         env={**os.environ, "NOTIFY_SOCKET": str(notify)}, start_new_session=True)
                 log.close()
-                self.sshd_pids.append(proc.pid)
+                if k < len(self.sshd_pids):
+                    self.sshd_pids[k] = proc.pid
+                else:
+                    self.sshd_pids.append(proc.pid)
             ready = 0
             deadline = time.monotonic() + READY_TIMEOUT_S
-            while ready < self.count:
+            while ready < len(hosts):
                 sock.settimeout(max(0.1, deadline - time.monotonic()))
                 try:
                     ready += b"READY=1" in sock.recv(4096)
                 except socket.timeout:
-                    raise RuntimeError(f"{self.count - ready} sshd(s) did not start within {READY_TIMEOUT_S:g} s; "
+                    raise RuntimeError(f"{len(hosts) - ready} sshd(s) did not start within {READY_TIMEOUT_S:g} s; "
                                        f"see {self.folder}/sshd_*.log") from None
         finally:
             sock.close()
+
+    def revive_host(self, k: int) -> None:
+        """Bring host k back after :meth:`kill_host`: a fresh sshd (and mount namespace) on it."""
+        self.kill_host(k)
+        try:
+            os.waitpid(self.sshd_pids[k], 0)
+        except ChildProcessError:
+            pass
+        self._start_sshds([k])
 
     # -- use -------------------------------------------------------------------------------------
     def launcher_options(self) -> list[str]:
@@ -208,6 +224,25 @@ class NetnsCluster:
         res = subprocess.run(["ip", "netns", "exec", self.namespaces[k], "tc", "qdisc", "replace", "dev", "eth0",
                               "root", *qdisc], capture_output=True, text=True)
         return None if res.returncode == 0 else f"`tc qdisc ... {' '.join(qdisc)}`: {res.stderr.strip()}"
+
+    def unshape_link(self, k: int) -> None:
+        """Host k's link as it was: no queueing discipline of ours, no packet dropped on purpose."""
+        subprocess.run(["ip", "netns", "exec", self.namespaces[k], "tc", "qdisc", "del", "dev", "eth0", "root"],
+                       capture_output=True)
+        subprocess.run(["ip", "netns", "exec", self.namespaces[k], "nft", "delete", "table", "inet", PREFIX],
+                       capture_output=True)
+
+    def drop_packets(self, k: int, percent: int) -> str | None:
+        """Drop ``percent`` % of the packets host k sends and receives, at random (nftables' numgen;
+        for kernels without netem); None, or why it cannot."""
+        if shutil.which("nft") is None:
+            return "no `nft` here (apt-get install nftables)"
+        rules = "".join(f"table inet {PREFIX} {{\n  chain lossy_{hook} {{\n    type filter hook {hook} priority 0;\n"
+                        f"    {side} eth0 numgen random mod 100 < {percent} drop;\n  }}\n}}\n"
+                        for hook, side in (("input", "iifname"), ("output", "oifname")))
+        res = subprocess.run(["ip", "netns", "exec", self.namespaces[k], "nft", "-f", "-"], input=rules,
+                             capture_output=True, text=True)
+        return None if res.returncode == 0 else f"`nft` refuses the rules: {res.stderr.strip()}"
 
     # -- tear-down -------------------------------------------------------------------------------
     def close(self) -> None:

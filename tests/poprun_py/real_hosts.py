@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import queue
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
+from tests.poprun_py.host_jobs import BackgroundJob, leftovers
 from tests.poprun_py.launcher_helpers import ROOT, launcher_env
 from tests.poprun_py.netns_cluster import NetnsCluster, why_unavailable
 
@@ -57,46 +54,13 @@ def train_on(cluster: NetnsCluster | None, run_dir: Path, *, instances: int, rep
                           capture_output=True, text=True, timeout=timeout)
 
 
-class RunningJob:
+class RunningJob(BackgroundJob):
     """A training job started in the background, whose stderr the test can wait on line by line."""
 
     def __init__(self, cluster: NetnsCluster, run_dir: Path, *, instances: int, replicas: int = 4,
                  options: tuple[str, ...] = (), fault: str = "") -> None:
         env = launcher_env(**THREADS, **({"POPRUN_FAULT": fault} if fault else {}))
-        self.proc = subprocess.Popen(_train_argv(cluster, run_dir, instances, replicas, options), cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue = queue.Queue()
-        self.err: list[str] = []
-        self.out = ""
-        threading.Thread(target=self._read_err, daemon=True).start()
-
-    def _read_err(self) -> None:
-        for line in self.proc.stderr:
-            self.err.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for_line(self, text: str, timeout: float = 120.0) -> tuple[float, str]:
-        """Block until a stderr line contains ``text``: when it was read (monotonic), and the line."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no line with {text!r} within {timeout:g} s:\n{''.join(self.err[-40:])}")
-            if line is None:
-                raise AssertionError(f"the job ended before a line with {text!r}:\n{''.join(self.err[-40:])}")
-            if text in line:
-                return time.monotonic(), line
-
-    def finish(self, timeout: float = 300.0) -> int:
-        self.out = self.proc.stdout.read()
-        code = self.proc.wait(timeout=timeout)
-        return code
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.err)
+        super().__init__(_train_argv(cluster, run_dir, instances, replicas, options), cwd=ROOT, env=env)
 
 
 def assert_bitwise_equal(run_dir: Path, baseline: Path) -> None:
@@ -113,12 +77,5 @@ def assert_bitwise_equal(run_dir: Path, baseline: Path) -> None:
 
 def assert_nothing_left(cluster: NetnsCluster, run_dir: Path | None = None) -> None:
     """No job process on any host, nothing in any host's /dev/shm, no half-written checkpoint."""
-    for k in range(cluster.count):
-        procs = cluster.job_processes(k)
-        _, alive = psutil.wait_procs(procs, timeout=10)
-        assert not alive, f"left running on host {cluster.names[k]}: {[(p.pid, p.cmdline()) for p in alive]}"
-        left = cluster.shm_files(k)
-        assert left == [], f"left in /dev/shm of host {cluster.names[k]}: {left}"
-    if run_dir is not None:
-        partial = list((run_dir / "checkpoints").glob("*.tmp"))
-        assert not partial, f"half-written checkpoints left: {partial}"
+    left = leftovers(cluster, run_dir)
+    assert not left, f"the job left: {left}"

@@ -68,3 +68,22 @@ def test_too_few_hosts_left_stops_the_job_saying_why(two_hosts, tmp_path):
     attempts = json.loads((run_dir / "logs" / "run.json").read_text())["attempts"]
     assert len(attempts) == 1 and list(attempts[0]["lost_hosts"]) == [two_hosts.addresses[1]]
     assert_nothing_left(two_hosts, run_dir)
+
+
+def test_without_min_instances_a_lost_host_stops_the_job_in_one_line_naming_it(two_hosts, tmp_path):
+    """No --min-instances: the restart goes to the lost host too, whose ssh refuses; the job stops with
+    one line naming the host and ssh's reason, not only MPI's own lines (found by bench/chaos_hosts.py)."""
+    run_dir = tmp_path / "run"
+    job = RunningJob(two_hosts, run_dir, instances=2, options=("--max-restarts", "1"),
+                     fault="instance=1,at=step 3,signal=STOP")
+    job.wait_for_line("injected fault")
+    two_hosts.kill_host(1)
+    assert job.finish() == 255, job.stderr[-4000:]
+    last = [line for line in job.stderr.splitlines() if line.startswith("poprun_py:")][-1]
+    host = two_hosts.addresses[1]
+    assert last.startswith("poprun_py: mpiexec ended with status 255 before every instance reported its end: "
+                           f"host {host}: unreachable: ssh: connect to host {host} port 22: Connection refused; "), last
+    assert job.stderr.rstrip().endswith(last)  # the last word, and one line
+    attempts = json.loads((run_dir / "logs" / "run.json").read_text())["attempts"]
+    assert [a["reason"] for a in attempts] == ["mpi", "mpi"]
+    assert_nothing_left(two_hosts, run_dir)

@@ -5,7 +5,6 @@ leaves no process on any host, nothing in any host's /dev/shm and no half-writte
 
 from __future__ import annotations
 
-import errno
 import json
 import subprocess
 import time
@@ -15,6 +14,7 @@ import psutil
 import pytest
 
 from poprun_py.fence import fence_after
+from tests.poprun_py.host_jobs import fill, program_on
 from tests.poprun_py.real_hosts import (
     RunningJob,
     assert_bitwise_equal,
@@ -31,13 +31,6 @@ HANG_S = 6.0
 
 
 
-def _program_on(cluster, k: int) -> psutil.Process:
-    found = [p for p in cluster.job_processes(k) if "launch.train" in " ".join(p.cmdline())
-             and "poprun_py.agent" not in " ".join(p.cmdline())]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def test_a_host_cut_off_is_left_behind_and_stops_itself(two_hosts, single_host_run, tmp_path):
     """The link of host 1 goes down mid-run: the launcher sees no progress for --hang-timeout, stops
     what it can reach, finds host 1 unreachable and goes on with host 0 alone, bitwise; host 1's
@@ -46,7 +39,7 @@ def test_a_host_cut_off_is_left_behind_and_stops_itself(two_hosts, single_host_r
     job = RunningJob(two_hosts, run_dir, instances=2, fault="instance=1,at=step 3,signal=STOP",
                      options=("--min-instances", "1", "--max-restarts", "1", "--hang-timeout", f"{HANG_S:g}"))
     job.wait_for_line("injected fault")
-    program = _program_on(two_hosts, 1)
+    program = program_on(two_hosts, 1)
     two_hosts.cut_link(1)
     cut = time.monotonic()
     program.resume()  # on into the next all-reduce, which cannot reach host 0 any more
@@ -113,14 +106,8 @@ def test_a_full_disk_stops_the_job_naming_the_host_and_keeps_the_checkpoints(sma
         job = RunningJob(cluster, run_dir, instances=2, options=("--log-dir", str(tmp_path / "logs")),
                          fault="instance=0,at=checkpoint 4: writing,signal=STOP")
         job.wait_for_line("injected fault")
-        filler = small_disk / "filler"
-        with open(filler, "wb", buffering=0) as f:  # every free block
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 16))
-            except OSError as err:
-                assert err.errno == errno.ENOSPC
-        _program_on(cluster, 0).resume()
+        fill(small_disk)
+        program_on(cluster, 0).resume()
         code = job.finish(timeout=120)
         assert code == 1, job.stderr[-3000:]
         report = job.stderr[job.stderr.index("poprun_py: instance 0 of 2 failed"):]

@@ -140,6 +140,36 @@ def test_launcher_mode_hang_leaves_no_segment(tmp_path):
     _assert_gone_after(token, res.stdout)
 
 
+# Right after MPI_Init, before any collective: each instance notes its segments and its agent's working
+# folder (under the temporary folder, named after the run), then kills its agent. The agent's scan, due
+# at its next tick after the "MPI initialised" report, comes too late: only what the program itself
+# handed over before that report is known (chaos: a host lost within a quarter second of MPI_Init).
+KILL_AGENT = """\
+import json, os, signal, sys
+import poprun_py as p
+from poprun_py.shm import mapped_segments
+p.init()
+line = "SEGMENTS " + json.dumps(sorted(mapped_segments(os.getpid()))) + "\\n"
+with open(os.environ["POPRUN_SHM_TEST_REPORTS"], "a") as f:
+    f.write(line + "RUN " + os.environ["POPRUN_RUN_ID"] + "\\n")
+os.kill(os.getppid(), signal.SIGKILL)
+while True:
+    signal.pause()
+"""
+
+
+def test_agents_killed_right_after_mpi_init_leave_no_segment_and_no_working_folder(tmp_path):
+    token = uuid.uuid4().hex
+    res = _poprun(token, "python", write_script(tmp_path / "kill_agent.py", KILL_AGENT))
+    assert res.returncode != 0, res.stderr
+    run_ids = {line.split()[1] for line in _reports(token).splitlines() if line.startswith("RUN ")}
+    _assert_gone_after(token, res.stdout)
+    assert len(run_ids) == 1, run_ids
+    prefix = f"poprun_{run_ids.pop()}_"  # the agents name their working folders after the run
+    left = [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(prefix)]
+    assert not left, f"agents' working folders left in {tempfile.gettempdir()}: {left}"
+
+
 def _read_until_segments(proc: subprocess.Popen, count: int) -> str:
     """Block on the job's output until ``count`` instances printed their segments."""
     seen = []

@@ -112,6 +112,24 @@ def test_a_restart_does_not_take_over_a_plain_folder_its_job_did_not_start(tmp_p
     assert rundir.decide(config(folder), "auto", launcher_run_id="job-1", restart=True).run_id == "run-a"
 
 
+def test_the_run_that_continues_removes_a_checkpoint_left_half_written(tmp_path):
+    """A job stopped for good while instance 0 wrote a checkpoint (its host lost, and no host left to go
+    on with: bench/chaos_hosts.py) leaves ``ckpt-....h5.tmp``. The run that continues in the folder (a
+    restart, or --resume auto) removes it, holding the folder's lock, and resumes from the last whole one;
+    other files are not its own."""
+    folder = tmp_path / "run"
+    cfg = config(folder)
+    write_run(folder, cfg, "run-a", steps=(2,))
+    partial = ckpt.checkpoint_dir(folder) / "ckpt-00000004.h5.tmp"
+    partial.write_bytes(b"\x89HDF, cut short")
+    notes = ckpt.checkpoint_dir(folder) / "notes.tmp"
+    notes.write_text("not a checkpoint")
+    assert rundir.holds_run(folder)
+    decision = rundir.decide(cfg, "auto")
+    assert decision.checkpoint == str(ckpt.checkpoint_path(folder, 2)) and decision.run_id == "run-a"
+    assert not partial.exists() and notes.exists()
+
+
 def test_retention_and_resume_see_only_the_runs_own_checkpoints(tmp_path):
     folder = tmp_path / "r"
     foreign = {"config": config(folder), "run_id": "other"}
