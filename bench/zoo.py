@@ -1,6 +1,6 @@
 """Which public classification networks predict and train from ONNX: one markdown table row per model.
 
-    /work/zoo-venv/bin/python bench/zoo.py [--models resnet18,mobilenet_v3_small] [--timm] [--size 64]
+    ../zoo-venv/bin/python bench/zoo.py [--models resnet18,mobilenet_v3_small] [--timm] [--size 64]
         [--batch 4] [--updates 3] [--steps 3] [--out zoo.md]
 
 Every classification model of ``torchvision.models.list_models(module=torchvision.models)`` (``weights=None``:

@@ -14,6 +14,7 @@ import pytest
 from models.onnx import OnnxImportError, UnsupportedOpError, load_graph
 from models.onnx.network import graph_model
 from tests.models.onnx_exports import training_export
+from tests.models.torch_tiny_nets import TwoConvs
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -82,20 +83,6 @@ def test_training_names_every_node_it_cannot_train_at_once_with_each_fix():
     assert "LayerNormalization at node " in msg and "axis 0 would mix the batch's samples" in msg
     assert "Conv at" not in msg and "AveragePool at" not in msg
     assert "the trainable graph model supports Conv" in msg
-
-
-class TwoConvs(nn.Module):
-    """Two bias-free convs of the same width with fresh batch norms: folded in eval mode, their biases are equal."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.c1, self.b1 = nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
-        self.c2, self.b2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        x = torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
-        return self.fc(x.mean((2, 3)))
 
 
 def test_an_eval_mode_export_is_told_to_export_in_training_mode():

@@ -90,14 +90,15 @@ def _job_env(token: str) -> dict[str, str]:
     return launcher_env(**{MARK: token, "POPRUN_SHM_TEST_REPORTS": _reports_file(token)})
 
 
-def _assert_gone_after(token: str, output: str, instances_reporting: int = 2) -> set[str]:
+def _assert_gone_after(token: str, output: str, instances_reporting: int | None = 2) -> set[str]:
     """Wait for every process of the job (by its token), then check its segments are gone. The segments
-    are those the processes reported in the job's file (``output``, the job's stdout, for the messages)."""
+    are those the processes reported in the job's file (``output``, the job's stdout, for the messages);
+    ``instances_reporting`` None: at least one."""
     reports = _reports(token)
     if reports:
         os.unlink(_reports_file(token))
     reported = [line for line in reports.splitlines() if "SEGMENTS " in line]
-    assert len(reported) == instances_reporting, output
+    assert len(reported) == instances_reporting if instances_reporting else reported, output
     segments = _segments(reports)
     assert segments and all(os.path.basename(s).startswith("mpich_shm_") for s in segments), output
     gone, alive = psutil.wait_procs(processes_with_env(MARK, token), timeout=20)
@@ -163,7 +164,9 @@ def test_agents_killed_right_after_mpi_init_leave_no_segment_and_no_working_fold
     res = _poprun(token, "python", write_script(tmp_path / "kill_agent.py", KILL_AGENT))
     assert res.returncode != 0, res.stderr
     run_ids = {line.split()[1] for line in _reports(token).splitlines() if line.startswith("RUN ")}
-    _assert_gone_after(token, res.stdout)
+    # The first agent killed ends the job: MPICH may kill the other rank before it has reported (its
+    # segment, the node's, is the same file, and its agent's sweeper knows it all the same).
+    _assert_gone_after(token, res.stdout, instances_reporting=None)
     assert len(run_ids) == 1, run_ids
     prefix = f"poprun_{run_ids.pop()}_"  # the agents name their working folders after the run
     left = [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(prefix)]

@@ -10,7 +10,7 @@ import pytest
 
 from launch.predict import cli
 from tests.models.onnx_exports import training_export
-from tests.models.test_onnx_blockers import TwoConvs
+from tests.models.torch_tiny_nets import TwoConvs
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
