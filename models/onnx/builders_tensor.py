@@ -15,12 +15,13 @@ BATCH_WHOLE = "the batch's axis must stay whole (each sample is its own)"
 
 
 class TensorBuilders:
-    """Builders for ``network._Builder`` (which gives ``fail``, ``const``, ``global_pool`` and ``g``)."""
+    """Builders for ``network._Builder`` (which gives ``fail``, ``const``, ``global_pool``, ``batch_at`` and ``g``).
+    The batch's axis is the input's (``batch_axes``: anywhere; none for a parameter's tensor)."""
 
     def _axis(self, n: Node, axis: int, rank: int) -> int:
         if not -rank <= axis < rank:
             raise self.fail(n, f"axis {axis} of a rank-{rank} tensor")
-        if axis % rank == 0:
+        if axis % rank == self.batch_at(n.inputs[0]):
             raise self.fail(n, f"axis {axis}: {BATCH_WHOLE}")
         return axis % rank
 
@@ -48,9 +49,12 @@ class TensorBuilders:
         for a, s, e, k in zip(axes, starts, ends, steps):
             a = int(a) % rank if -rank <= int(a) < rank else int(a)
             index[a] = slice(int(s), int(e), int(k))
+        b = self.batch_at(n.inputs[0])
+        if b is not None and index[b] != slice(None):
+            if np.empty(x[b], np.bool_)[index[b]].shape[0] != x[b] or (index[b].step or 1) < 0:
+                raise self.fail(n, BATCH_WHOLE)
+            index[b] = slice(None)  # whole at the traced batch: whole at any
         index = tuple(index)
-        if index[0] != slice(None) and np.empty(x[0], np.bool_)[index[0]].shape[0] != x[0]:
-            raise self.fail(n, BATCH_WHOLE)
         return self._checked(n, Slice(n.name, n.inputs[:1], n.outputs[0], index), index, x, n.output_shapes[0])
 
     def pad(self, n: Node) -> GraphOp:
@@ -69,7 +73,8 @@ class TensorBuilders:
         width = [[0, 0] for _ in range(rank)]
         for k, a in enumerate(axes):
             width[a] = [int(pads[k]), int(pads[k + len(axes)])]
-        if any(p < 0 for pair in width for p in pair) or width[0] != [0, 0]:
+        b = self.batch_at(n.inputs[0])
+        if any(p < 0 for pair in width for p in pair) or (b is not None and width[b] != [0, 0]):
             raise self.fail(n, f"pads {list(pads)}: none negative, and none on the batch's axis")
         return Pad(n.name, n.inputs[:1], n.outputs[0], tuple(map(tuple, width)), value)
 
@@ -102,8 +107,9 @@ class TensorBuilders:
         x = n.input_shapes[0]
         rank = len(x)
         axes = n.attrs.get("axes")
-        if not axes:
+        if not axes and self.batch_at(n.inputs[0]) is not None:
             raise self.fail(n, f"the mean over every axis: {BATCH_WHOLE}")
+        axes = axes or range(rank)
         axes = tuple(sorted({self._axis(n, int(a), rank) for a in axes}))
         if rank == 4 and axes == (2, 3):
             return self.global_pool(n)

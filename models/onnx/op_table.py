@@ -90,16 +90,22 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Dropout", "dropout", "Dropout"),
     OpRule("DropPath", "drop_path", "DropPath", pattern="torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)"),
     OpRule("Flatten", "movement", "Move"),
-    OpRule("Reshape", "movement", "Move", "the batch stays first"),
-    OpRule("Transpose", "movement", "Move", "the batch stays first"),
+    OpRule("Reshape", "movement", "Move", "the batch on any axis, alone or folded with others (`[tokens, N * heads, "
+           "d]`, `[N * windows, tokens, D]`), never split over two; a shape holding the traced batch follows the "
+           "actual one"),
+    OpRule("Transpose", "movement", "Move", "any permutation (the batch's axis followed)"),
     OpRule("Squeeze", "movement", "Move"),
     OpRule("Unsqueeze", "movement", "Move"),
     OpRule("Identity", "movement", "Move"),
     OpRule("Slice", "movement", "Slice", "of a computed tensor: constant starts, ends, axes and steps; the batch "
            "whole"),
-    OpRule("Gather", "movement", "Gather", "of a computed tensor: constant indices, on any axis but the batch's"),
+    OpRule("Gather", "movement", "Gather", "of a computed tensor or a parameter (Swin's relative position bias "
+           "table): constant indices, on any axis but the batch's"),
     OpRule("Split", "movement", "Split", "any axis but the batch's (one `Slice` per output)"),
     OpRule("Pad", "movement", "Pad", "constant mode, constant pads (none negative, none on the batch's axis)"),
+    OpRule("Expand", "movement", "Expand", "a constant shape; of a parameter (ViT's class token): broadcast to the "
+           "actual batch on the one axis broadcast to the traced batch, its gradient summed"),
+    OpRule("Tile", "movement", "Expand", "constant repeats; of a parameter: tiled to the actual batch as Expand"),
     OpRule("Pow", "elementwise", "Power", "a constant scalar exponent"),
     OpRule("Sqrt", "elementwise", "Power"),
     OpRule("Reciprocal", "elementwise", "Power"),
