@@ -159,7 +159,7 @@ def _follow(n: Node, ins: list, batch: int) -> list:
         return [b if b.axis < axes[0] else b.moved(b.axis + k - 1)]
     if n.op == "ReduceMean" and not a.get("keepdims", 1):
         return [b.moved(b.axis - sum(1 for ax in axes if ax < b.axis))]
-    if layer in SAME or n.op in ("Slice", "Split", "Pad", "Softmax", "LayerNormalization", "DropPath"):
+    if layer in SAME or n.op in ("Slice", "Split", "Pad", "Softmax", "LayerNormalization", "DropPath", "ReduceMean"):
         return [b] * len(n.outputs)
     raise NotFollowed("no rule follows the batch through this op")
 
