@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from models.onnx.ir import Graph, Node
-from models.onnx.op_table import OPS
+from models.onnx.op_table import BATCH_RESHAPES, OPS, SAME_BATCH_LAYERS, SAMPLE_LAYERS, ops_of
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,7 @@ class BatchAxis:
 
 FIRST = BatchAxis(0)
 UNKNOWN = "unknown"  # a node that could not be followed (its blocker is said once; its readers say nothing)
-SAMPLE_LAYERS = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool")
-SAME = ("Activation", "Unary", "Dropout", "Power", "Move")  # element-wise, or Identity (a Move)
+BINARY = ops_of("binary")
 
 
 class NotFollowed(ValueError):
@@ -126,7 +125,7 @@ def _follow(n: Node, ins: list, batch: int) -> list:
     x = n.input_shapes[0]
     b = ins[0]
     a = n.attrs
-    if b is None and n.op not in ("Add", "Sub", "Mul", "Div", "MatMul", "Concat"):
+    if b is None and n.op not in BINARY | {"MatMul", "Concat"}:
         raise NotFollowed("its data input has no batch while another input has")
     if layer in SAMPLE_LAYERS and n.op != "MatMul":
         if b.axis != 0:
@@ -135,9 +134,9 @@ def _follow(n: Node, ins: list, batch: int) -> list:
     if n.op == "Transpose":
         perm = list(a.get("perm", range(len(x) - 1, -1, -1)))
         return [b.moved(perm.index(b.axis))]
-    if n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+    if n.op in BATCH_RESHAPES:
         return [reshaped(x, n.output_shapes[0], b, batch)]
-    if n.op in ("Add", "Sub", "Mul", "Div"):
+    if n.op in BINARY:
         return [_broadcast(n, ins, batch)]
     if n.op == "MatMul":
         return [_matmul(n, ins)]
@@ -159,7 +158,7 @@ def _follow(n: Node, ins: list, batch: int) -> list:
         return [b if b.axis < axes[0] else b.moved(b.axis + k - 1)]
     if n.op == "ReduceMean" and not a.get("keepdims", 1):
         return [b.moved(b.axis - sum(1 for ax in axes if ax < b.axis))]
-    if layer in SAME or n.op in ("Slice", "Split", "Pad", "Softmax", "LayerNormalization", "DropPath", "ReduceMean"):
+    if layer in SAME_BATCH_LAYERS:
         return [b] * len(n.outputs)
     raise NotFollowed("no rule follows the batch through this op")
 
