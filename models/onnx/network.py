@@ -43,8 +43,7 @@ from models.onnx.builders_tensor import TensorBuilders
 from models.onnx.fuse_ops import fuse_channels_last, fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
 from models.onnx.op_table import EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
-from models.onnx.ops import NHWC_AXIS, Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
-from models.onnx.ops_tensor import Expand, Source
+from models.onnx.ops import NHWC_AXIS, Binary, Concat, DropPath, LayerOp, GraphOp, Unary, const_to_engine
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
 from models.pool import Dropout
@@ -321,39 +320,6 @@ class _Builder(PoolNormAttention, TensorBuilders):
         if len(operands) != 2:
             raise self.fail(n, "two operands")
         return Binary(n.name, n.op, operands, n.outputs[0])
-
-    def move(self, n: Node) -> GraphOp:
-        x, y = n.input_shapes[0], n.output_shapes[0]
-        if n.op == "Transpose":
-            return Move(n.name, n.inputs[:1], n.outputs[0], y, list(n.attrs.get("perm", range(len(x) - 1, -1, -1))))
-        return Move(n.name, n.inputs[:1], n.outputs[0], y, None, self.batch_of(n.inputs[0]), self.batch_of(n.outputs[0]))
-
-    def expand(self, n: Node) -> GraphOp:
-        """Expand (a constant shape) or Tile (constant repeats), of a parameter too (``batch_axes._expanded``)."""
-        repeats = None
-        if n.op == "Tile":
-            repeats = self.const(n.inputs[1])
-            if repeats is None:
-                raise self.fail(n, "the repeats must be a constant")
-            repeats = tuple(int(r) for r in repeats)
-        return Expand(n.name, n.inputs[:1], n.outputs[0], n.output_shapes[0], self.batch_of(n.inputs[0]),
-                      self.batch_of(n.outputs[0]), repeats)
-
-    def sources(self, n: Node) -> list[GraphOp]:
-        """A ``Source`` for each constant data input of a node whose op reads computed tensors only (a parameter
-        that ``Expand``, ``Gather``... compute from; a constant an op that does not fold reads)."""
-        if OPS[n.op].layer in self.CONSTANTS_READ:
-            return []
-        out = []
-        for t in n.inputs if n.op == "Concat" else n.inputs[:1]:
-            value = self.const(t)
-            if value is None or t in self.sourced:
-                continue
-            self.sourced.add(t)
-            learned = self.g.learned(t) and np.issubdtype(value.dtype, np.floating)
-            out.append(Source(n.name, t, self._weight(n, t, value, "bias") if learned else
-                              np.asarray(value, self.dtype if np.issubdtype(value.dtype, np.floating) else None)))
-        return out
 
     # the op table's layer -> the method that builds it
     BUILDERS = {"Conv2d": "conv", "Dense": "dense", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm_node",

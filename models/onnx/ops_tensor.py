@@ -1,6 +1,7 @@
 """Graph ops on computed tensors that the layer API has no layer for: indexing (Slice, Gather with constant
 indices; Split is one ``Slice`` per output), constant padding (Pad), ``ReduceMean`` over any axes but the batch's, and the element-wise
-``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``; forward and backward side by side, in numpy.
+``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``, ``Expand`` and ``Tile`` (a parameter broadcast to the
+batch), and ``Source`` (a parameter as a computed tensor); forward and backward side by side, in numpy.
 
 The indexing ops and the mean work in ONNX's layout (an image-shaped tensor, NHWC inside the engine, is
 transposed to NCHW and back, as ``Move`` does); the element-wise ones need no layout. A tensor read by several
