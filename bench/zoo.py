@@ -18,7 +18,8 @@ folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and 
   random data and random logit gradients) against torch's within 1e-10, relative to each tensor's largest
   value (or to 1e-4 of the model's largest gradient, where a gradient cancels to almost nothing, as a conv's
   bias before a batch norm, whose exact gradient is 0 and whose float64 one is rounding noise); dropout and
-  stochastic depth are set to 0 for this export only (their masks are not torch's draws);
+  stochastic depth are set to 0 for this export only (their masks are not torch's draws), and weights
+  initialised to zero (ViT's head) are drawn small and random, so that the gradients behind them are not all zero;
 * step ms: the median float32 training step (forward, loss, backward) of ``--steps``, one thread;
 * first blocker: the first line of ``poprun-ipu check`` (or the error of the stage that failed).
 
@@ -122,6 +123,18 @@ def no_randomness(net) -> None:
             m.drop_prob = 0.0
 
 
+def no_zero_weights(net) -> None:
+    """Weights initialised to zero (torchvision's ViT head) drawn small and random (in place), so that every gradient
+    of the check is not zero in both."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.ndim >= 2 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+
+
 def gradients(net, data: bytes, shape) -> tuple[float, str]:
     """The largest relative difference of one float64 step from torch's, and where."""
     import numpy as np
@@ -143,7 +156,8 @@ def gradients(net, data: bytes, shape) -> tuple[float, str]:
     ref.backward(torch.from_numpy(dlogits))
     theirs = {k: p.grad.numpy() for k, p in net.named_parameters() if p.grad is not None}
     floor = 1e-4 * max((float(np.abs(g).max()) for g in theirs.values()), default=0.0)
-    worst, where = float(np.abs(logits - ref.detach().numpy()).max() / np.abs(ref.detach().numpy()).max()), "logits"
+    worst = float(np.abs(logits - ref.detach().numpy()).max() / max(np.abs(ref.detach().numpy()).max(), 1e-300))
+    where = "logits"
     for site in model.sites:
         want = theirs.get(site.initializer)
         if want is None:
@@ -237,6 +251,7 @@ def row(name: str, timm_model: bool, args) -> str:
         return _format(name, cells)
     try:
         no_randomness(net)
+        no_zero_weights(net)
         exact = export(net.float(), size, 2, opset)
         worst, where = gradients(net, exact, (2, 3, size, size))
         cells["gradients equal"] = (f"yes ({worst:.0e})" if worst <= RTOL else f"no ({worst:.1e} at {where})")
