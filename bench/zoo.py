@@ -18,9 +18,14 @@ folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and 
   random data and random logit gradients) against torch's within 1e-10, relative to each tensor's largest
   value (or to 1e-4 of the model's largest gradient, where a gradient cancels to almost nothing, as a conv's
   bias before a batch norm, whose exact gradient is 0 and whose float64 one is rounding noise); dropout and
-  stochastic depth are set to 0 for this export only (their masks are not torch's draws);
+  stochastic depth are set to 0 for this export only (their masks are not torch's draws), and weights
+  initialised to zero (ViT's head) are drawn small and random, so that the gradients behind them are not all zero;
 * step ms: the median float32 training step (forward, loss, backward) of ``--steps``, one thread;
 * first blocker: the first line of ``poprun-ipu check`` (or the error of the stage that failed).
+
+Each model runs in a subprocess of its own (``--one NAME``), under ``--timeout`` seconds: a crash, an out-of-memory
+kill or a time-out of one model is its row's first blocker and the loop goes on. ``--kwargs name:key=value,...``
+passes torchvision constructor arguments (smaller variants: ``vit_b_16:num_layers=2,hidden_dim=96,mlp_dim=192``).
 
 torchvision does not import beside the project's torch: run this from a venv of its own (docs/onnx.md), with
 the project on ``PYTHONPATH`` or installed there. A benchmark-style script: it prints, it asserts nothing.
@@ -29,12 +34,13 @@ the project on ``PYTHONPATH`` or installed there. A benchmark-style script: it p
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import io
 import math
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +61,7 @@ HEADER = ("| model | exported | predicts | trains | gradients equal | step ms | 
           "| --- | --- | --- | --- | --- | --- | --- |")
 
 
-def build(name: str, timm_model: bool, size: int, classes: int):
+def build(name: str, timm_model: bool, size: int, classes: int, extra: dict | None = None):
     """The network and the image size it runs at (``size`` or a larger one of ``SIZES``)."""
     import torch
 
@@ -71,7 +77,7 @@ def build(name: str, timm_model: bool, size: int, classes: int):
         import torchvision
 
         def make(s):
-            kwargs = dict(EXTRA_KWARGS.get(name, {}))
+            kwargs = {**EXTRA_KWARGS.get(name, {}), **(extra or {})}
             if name.startswith("vit_"):
                 kwargs["image_size"] = s
             return torchvision.models.get_model(name, weights=None, num_classes=classes, **kwargs)
@@ -117,6 +123,18 @@ def no_randomness(net) -> None:
             m.drop_prob = 0.0
 
 
+def no_zero_weights(net) -> None:
+    """Weights initialised to zero (torchvision's ViT head) drawn small and random (in place), so that every gradient
+    of the check is not zero in both."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.ndim >= 2 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+
+
 def gradients(net, data: bytes, shape) -> tuple[float, str]:
     """The largest relative difference of one float64 step from torch's, and where."""
     import numpy as np
@@ -138,7 +156,8 @@ def gradients(net, data: bytes, shape) -> tuple[float, str]:
     ref.backward(torch.from_numpy(dlogits))
     theirs = {k: p.grad.numpy() for k, p in net.named_parameters() if p.grad is not None}
     floor = 1e-4 * max((float(np.abs(g).max()) for g in theirs.values()), default=0.0)
-    worst, where = float(np.abs(logits - ref.detach().numpy()).max() / np.abs(ref.detach().numpy()).max()), "logits"
+    worst = float(np.abs(logits - ref.detach().numpy()).max() / max(np.abs(ref.detach().numpy()).max(), 1e-300))
+    where = "logits"
     for site in model.sites:
         want = theirs.get(site.initializer)
         if want is None:
@@ -188,10 +207,9 @@ def row(name: str, timm_model: bool, args) -> str:
     from models.onnx import OnnxFile, ProfiledGraph
     from models.onnx.check import check_file
 
-    cells = {"exported": "no", "predicts": "-", "trains": "-", "gradients equal": "-", "step ms": "-",
-             "first blocker": ""}
+    cells = dict(EMPTY)
     try:
-        net, size = build(name, timm_model, args.size, args.classes)
+        net, size = build(name, timm_model, args.size, args.classes, _kwargs(args.kwargs).get(name))
         data = export(net, size, args.batch, 17)
         opset = 17
         if any(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node):
@@ -233,6 +251,7 @@ def row(name: str, timm_model: bool, args) -> str:
         return _format(name, cells)
     try:
         no_randomness(net)
+        no_zero_weights(net)
         exact = export(net.float(), size, 2, opset)
         worst, where = gradients(net, exact, (2, 3, size, size))
         cells["gradients equal"] = (f"yes ({worst:.0e})" if worst <= RTOL else f"no ({worst:.1e} at {where})")
@@ -249,6 +268,50 @@ def _format(name: str, cells: dict) -> str:
     return "| " + " | ".join(text) + " |"
 
 
+def _kwargs(text: str | None) -> dict[str, dict]:
+    """``name:key=value,key=value;name2:...`` -> {name: {key: value}} (values read as Python literals)."""
+    import ast
+
+    out: dict[str, dict] = {}
+    for part in (text or "").split(";"):
+        if ":" not in part:
+            continue
+        name, pairs = part.split(":", 1)
+        for pair in pairs.split(","):
+            key, value = pair.split("=", 1)
+            try:
+                value = ast.literal_eval(value)
+            except ValueError:
+                pass
+            out.setdefault(name.strip(), {})[key.strip()] = value
+    return out
+
+
+def isolated(name: str, timm_model: bool, args) -> str:
+    """The row of one model, computed in a subprocess of its own under ``args.timeout`` seconds; a crash, a kill (out
+    of memory) or the time-out is the row's first blocker."""
+    cmd = [sys.executable, __file__, "--one", name, "--size", str(args.size), "--batch", str(args.batch),
+           "--classes", str(args.classes), "--updates", str(args.updates), "--steps", str(args.steps),
+           "--threads", str(args.threads)] + (["--timm"] if timm_model else []) + \
+        (["--kwargs", args.kwargs] if args.kwargs else []) + (["--verbose"] if args.verbose else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return _format(name, {**EMPTY, "first blocker": f"timed out after {args.timeout} s"})
+    if args.verbose and done.stderr:
+        sys.stderr.write(done.stderr)
+    rows = [line for line in done.stdout.splitlines() if line.startswith(ROW)]
+    if rows:
+        return json.loads(rows[-1][len(ROW):])
+    why = f"killed by signal {-done.returncode} (out of memory?)" if done.returncode < 0 else \
+        f"exit status {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:160]}"
+    return _format(name, {**EMPTY, "first blocker": f"crashed: {why}"})
+
+
+ROW = "ZOO-ROW "
+EMPTY = {"exported": "no", "predicts": "-", "trains": "-", "gradients equal": "-", "step ms": "-", "first blocker": ""}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated torchvision names (default: every classification model)")
@@ -259,15 +322,22 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3, help="SGD updates of the float32 graph model")
     ap.add_argument("--steps", type=int, default=3, help="steps timed (after one warm-up)")
     ap.add_argument("--threads", type=int, default=1, help="numba, BLAS and torch threads")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per model (its subprocess is killed after)")
+    ap.add_argument("--kwargs", help="constructor arguments: name:key=value,...;name2:... (torchvision models)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess of one model
     ap.add_argument("--out", type=Path, help="also write the table here")
     ap.add_argument("--verbose", action="store_true", help="tracebacks of failed stages on stderr")
     args = ap.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[var] = str(args.threads)
     import torch
-    import torchvision
 
     torch.set_num_threads(args.threads)
+    if args.one:
+        print(ROW + json.dumps(row(args.one, args.timm, args)), flush=True)
+        return
+    import torchvision
+
     names = [(n, False) for n in (args.models.split(",") if args.models
                                   else torchvision.models.list_models(module=torchvision.models))]
     if args.timm:
@@ -276,14 +346,14 @@ def main() -> None:
         else:
             names += [(n, True) for n in TIMM_MODELS]
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {args.size}px where the model takes "
-          f"it, batch {args.batch}, {args.classes} classes, {args.threads} thread(s)")
+          f"it, batch {args.batch}, {args.classes} classes, {args.threads} thread(s), {args.timeout} s per model"
+          + (f", constructor arguments {args.kwargs}" if args.kwargs else ""))
     print(HEADER)
     rows = [HEADER]
     for name, timm_model in names:
-        line = row(name, timm_model, args)
+        line = isolated(name, timm_model, args)
         print(line, flush=True)
         rows.append(line)
-        gc.collect()
     if args.out:
         args.out.write_text("\n".join(rows) + "\n")
 

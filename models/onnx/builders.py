@@ -76,9 +76,10 @@ class PoolNormAttention:
         x = n.input_shapes[0]
         rank = len(x)
         axis = n.attrs.get("axis", -1)
-        if not -rank <= axis < rank or axis % rank == 0:
-            raise self.fail(n, f"axis {axis} of a rank-{rank} tensor: normalise from axis 1 on (axis 0 would mix "
-                               f"the batch's samples)")
+        batch = self.batch_at(n.inputs[0])
+        if not -rank <= axis < rank or (batch is not None and axis % rank <= batch):
+            raise self.fail(n, f"axis {axis} of a rank-{rank} tensor: normalise from after the batch's axis "
+                               f"{batch} on (the batch's axis would mix the samples)")
         axis %= rank
         if len(n.outputs) > 1:
             raise self.fail(n, "the Mean and InvStdDev outputs do not train: read only the normalised output")
@@ -126,10 +127,10 @@ class PoolNormAttention:
         return MatMul(n.name, [t if c is None else self._weight(n, t, c) for t, c in zip(n.inputs, consts)],
                       n.outputs[0])
 
-    def _weight(self, n: Node, t: str, value: np.ndarray):
+    def _weight(self, n: Node, t: str, value: np.ndarray, kind: str = "weight"):
         """A constant operand as a trainable weight, named (and written back) as the file's initializer it
         transposes where it does (torch's ``Linear``: ``MatMul(x, Transpose(weight))``)."""
         if t in self.g.transposed:
             source, perm = self.g.transposed[t]
-            return self.param(n, source, value, "weight", lambda v, back=tuple(np.argsort(perm)): v.transpose(back))
-        return self.param(n, t, value, "weight")
+            return self.param(n, source, value, kind, lambda v, back=tuple(np.argsort(perm)): v.transpose(back))
+        return self.param(n, t, value, kind)

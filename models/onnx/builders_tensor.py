@@ -1,5 +1,7 @@
 """The graph model's builders of the tensor ops (``ops_tensor``): Slice, Gather, Split and Pad of computed tensors,
-ReduceMean over any axes, Pow with a constant exponent, Sqrt and Reciprocal; one method per op table layer
+ReduceMean over any axes, Pow with a constant exponent, Sqrt and Reciprocal, data movement (``Move``: reshapes and
+transposes, the batch on any axis, ``batch_axes``), Expand and Tile, and the ``Source`` of a parameter the graph
+computes from (ViT's class token, Swin's relative position bias table); one method per op table layer
 (``network._Builder.BUILDERS``), which ``network._Builder`` inherits. Each reads one ``Node`` and returns its
 graph op (Split: one ``Slice`` per output), or raises the builder's blocker (``self.fail``)."""
 
@@ -8,19 +10,21 @@ from __future__ import annotations
 import numpy as np
 
 from models.onnx.ir import Node
-from models.onnx.ops import GraphOp
-from models.onnx.ops_tensor import Gather, Pad, Power, ReduceMean, Slice
+from models.onnx.op_table import OPS
+from models.onnx.ops import GraphOp, Move
+from models.onnx.ops_tensor import Expand, Gather, Pad, Power, ReduceMean, Slice, Source
 
 BATCH_WHOLE = "the batch's axis must stay whole (each sample is its own)"
 
 
 class TensorBuilders:
-    """Builders for ``network._Builder`` (which gives ``fail``, ``const``, ``global_pool`` and ``g``)."""
+    """Builders for ``network._Builder`` (which gives ``fail``, ``const``, ``global_pool``, ``batch_at`` and ``g``).
+    The batch's axis is the input's (``batch_axes``: anywhere; none for a parameter's tensor)."""
 
     def _axis(self, n: Node, axis: int, rank: int) -> int:
         if not -rank <= axis < rank:
             raise self.fail(n, f"axis {axis} of a rank-{rank} tensor")
-        if axis % rank == 0:
+        if axis % rank == self.batch_at(n.inputs[0]):
             raise self.fail(n, f"axis {axis}: {BATCH_WHOLE}")
         return axis % rank
 
@@ -48,9 +52,12 @@ class TensorBuilders:
         for a, s, e, k in zip(axes, starts, ends, steps):
             a = int(a) % rank if -rank <= int(a) < rank else int(a)
             index[a] = slice(int(s), int(e), int(k))
+        b = self.batch_at(n.inputs[0])
+        if b is not None and index[b] != slice(None):
+            if np.empty(x[b], np.bool_)[index[b]].shape[0] != x[b] or (index[b].step or 1) < 0:
+                raise self.fail(n, BATCH_WHOLE)
+            index[b] = slice(None)  # whole at the traced batch: whole at any
         index = tuple(index)
-        if index[0] != slice(None) and np.empty(x[0], np.bool_)[index[0]].shape[0] != x[0]:
-            raise self.fail(n, BATCH_WHOLE)
         return self._checked(n, Slice(n.name, n.inputs[:1], n.outputs[0], index), index, x, n.output_shapes[0])
 
     def pad(self, n: Node) -> GraphOp:
@@ -69,7 +76,8 @@ class TensorBuilders:
         width = [[0, 0] for _ in range(rank)]
         for k, a in enumerate(axes):
             width[a] = [int(pads[k]), int(pads[k + len(axes)])]
-        if any(p < 0 for pair in width for p in pair) or width[0] != [0, 0]:
+        b = self.batch_at(n.inputs[0])
+        if any(p < 0 for pair in width for p in pair) or (b is not None and width[b] != [0, 0]):
             raise self.fail(n, f"pads {list(pads)}: none negative, and none on the batch's axis")
         return Pad(n.name, n.inputs[:1], n.outputs[0], tuple(map(tuple, width)), value)
 
@@ -102,8 +110,9 @@ class TensorBuilders:
         x = n.input_shapes[0]
         rank = len(x)
         axes = n.attrs.get("axes")
-        if not axes:
+        if not axes and self.batch_at(n.inputs[0]) is not None:
             raise self.fail(n, f"the mean over every axis: {BATCH_WHOLE}")
+        axes = axes or range(rank)
         axes = tuple(sorted({self._axis(n, int(a), rank) for a in axes}))
         if rank == 4 and axes == (2, 3):
             return self.global_pool(n)
@@ -114,3 +123,37 @@ class TensorBuilders:
         if p is None or np.size(p) != 1:
             raise self.fail(n, "the exponent must be a constant scalar")
         return Power(n.name, n.inputs[:1], n.outputs[0], n.op, float(np.asarray(p).reshape(())))
+
+    def move(self, n: Node) -> GraphOp:
+        x, y = n.input_shapes[0], n.output_shapes[0]
+        if n.op == "Transpose":
+            return Move(n.name, n.inputs[:1], n.outputs[0], y, list(n.attrs.get("perm", range(len(x) - 1, -1, -1))))
+        return Move(n.name, n.inputs[:1], n.outputs[0], y, None, self.batch_of(n.inputs[0]),
+                    self.batch_of(n.outputs[0]))
+
+    def expand(self, n: Node) -> GraphOp:
+        """Expand (a constant shape) or Tile (constant repeats), of a parameter too (``batch_axes._expanded``)."""
+        repeats = None
+        if n.op == "Tile":
+            repeats = self.const(n.inputs[1])
+            if repeats is None:
+                raise self.fail(n, "the repeats must be a constant")
+            repeats = tuple(int(r) for r in repeats)
+        return Expand(n.name, n.inputs[:1], n.outputs[0], n.output_shapes[0], self.batch_of(n.inputs[0]),
+                      self.batch_of(n.outputs[0]), repeats)
+
+    def sources(self, n: Node) -> list[GraphOp]:
+        """A ``Source`` for each constant data input of a node whose op reads computed tensors only (a parameter
+        that ``Expand``, ``Gather``... compute from; a constant an op that does not fold reads)."""
+        if OPS[n.op].layer in self.CONSTANTS_READ:
+            return []
+        out = []
+        for t in n.inputs if n.op == "Concat" else n.inputs[:1]:
+            value = self.const(t)
+            if value is None or t in self.sourced:
+                continue
+            self.sourced.add(t)
+            learned = self.g.learned(t) and np.issubdtype(value.dtype, np.floating)
+            out.append(Source(n.name, t, self._weight(n, t, value, "bias") if learned else
+                              np.asarray(value, self.dtype if np.issubdtype(value.dtype, np.floating) else None)))
+        return out

@@ -132,6 +132,8 @@ EVALUATORS = {
     "Floor": lambda a, i, o: np.floor(i[0]),
     "Ceil": lambda a, i, o: np.ceil(i[0]),
     "Sqrt": lambda a, i, o: np.sqrt(i[0]),
+    "Pow": lambda a, i, o: np.power(np.asarray(i[0], np.float64), i[1]).astype(i[0].dtype),
+    "Reciprocal": lambda a, i, o: 1 / i[0],
     "Equal": lambda a, i, o: np.equal(i[0], i[1]),
     "Where": lambda a, i, o: np.where(i[0], i[1], i[2]),
     "Max": lambda a, i, o: np.maximum.reduce(i),
@@ -142,12 +144,31 @@ EVALUATORS = {
                                                else np.float32(0), dtype=a["value"].dtype if "value" in a
                                                else np.float32),
     "ReduceProd": lambda a, i, o: _reduce_prod(i[0], a, i),
+    "Tile": lambda a, i, o: np.tile(i[0], [int(r) for r in i[1]]),
 }
 
 
 def evaluate(op: str, attrs: dict, inputs: list, opset: int) -> np.ndarray:
     """The value of a node whose inputs are all constants (None for an omitted optional input)."""
     return np.asarray(EVALUATORS[op](attrs, inputs, opset))
+
+
+def exact_value(op: str, attrs: dict, inputs: list, opset: int) -> np.ndarray | None:
+    """A folded float value in float64 where it is computed from integers (shapes) and small float constants
+    only, as the exporting framework computed it in Python (an attention's scale, ``head_dim ** -0.5`` or
+    ``sqrt(1 / sqrt(head_dim))``, is a float32 constant in the graph): ``inputs`` hold the float64 values known so
+    far; None where a float input has none (a float32 value of the file)."""
+    if op == "Constant":
+        value = evaluate(op, attrs, inputs, opset)
+        if value.size > 16 or not np.issubdtype(value.dtype, np.floating):
+            return None
+        return np.array([decimal(v) for v in value.reshape(-1)], np.float64).reshape(value.shape)
+    if any(a is not None and np.issubdtype(a.dtype, np.floating) and a.dtype != np.float64 for a in inputs):
+        return None
+    if op == "Cast":
+        return np.asarray(inputs[0], np.float64)
+    value = evaluate(op, attrs, inputs, opset)
+    return value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else None
 
 
 # Inputs that an opset passes as constant tensors and an older one as attributes: the importer moves

@@ -30,7 +30,7 @@ import os
 import numpy as np
 from models.onnx.lazy_onnx import numpy_helper, onnx, shape_inference
 
-from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate
+from models.onnx.fold import EVALUATORS, INPUTS_AS_ATTRIBUTES, as_attribute, attribute_values, evaluate, exact_value
 from models.onnx.fuse_norm import fuse_group_norm
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, UnsupportedOpError, blockers_text, param_inputs
 from models.onnx.op_table import DROP_PATH_PARTS, EXPORT_FIXES, ONNX_OPS, RESHAPES, patterns_text
@@ -169,7 +169,8 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list]:
 
 
 def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str],
-          transposed: dict[str, tuple[str, tuple[int, ...]]], folded: set[str]) -> onnx.ModelProto:
+          transposed: dict[str, tuple[str, tuple[int, ...]]], folded: set[str],
+          exact: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """Replace every node whose value is constant by an initializer; ``origins`` gains the file's initializer
     of each folded value that only reshapes one (``op_table.RESHAPES``), ``transposed`` the initializer and the
     permutation of each that transposes one (torch's ``Linear`` on more than two axes: ``MatMul(x,
@@ -183,6 +184,9 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
         attrs = attribute_values(node)
         args = [consts.get(t) if t else None for t in node.input]
         value = None
+        if _reads_parameter(node, consts, files, origins, transposed):
+            keep.append(node)  # a parameter's broadcast or gather: it trains, its gradient flows back
+            continue
         try:
             if node.op_type == "Shape" and all(isinstance(d, int) for d in shapes.get(node.input[0], ["?"])):
                 dims = shapes[node.input[0]]
@@ -197,6 +201,10 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
             continue
         consts[node.output[0]] = value
         folded.add(node.output[0])
+        if exact is not None and np.issubdtype(np.asarray(value).dtype, np.floating):
+            value64 = exact_value(node.op_type, attrs, [exact.get(t, a) for t, a in zip(node.input, args)], opset)
+            if value64 is not None:
+                exact[node.output[0]] = value64
         source = origins.get(node.input[0], node.input[0]) if node.input else None
         if node.op_type in RESHAPES and source in files and np.size(value) == np.size(consts[node.input[0]]):
             origins[node.output[0]] = source
@@ -214,6 +222,17 @@ def _fold(model: onnx.ModelProto, opset: int, where: str, origins: dict[str, str
     del g.input[:]
     g.input.extend(graph_inputs)
     return model
+
+
+def _reads_parameter(node, consts: dict, files: set, origins: dict, transposed: dict) -> bool:
+    """Whether a node computes from one of the file's float initializers (a parameter: ViT's class token that
+    ``Expand`` broadcasts, Swin's relative position bias table that ``Gather`` reads): it stays a node, so that the
+    parameter trains. Its shape, a reshape (``op_table.RESHAPES``) or a transpose of it still fold: those keep
+    naming the initializer (``origins``, ``transposed``)."""
+    if node.op_type == "Shape" or node.op_type in RESHAPES or (node.op_type == "Transpose" and node.input[0] in files):
+        return False
+    return any(t in origins or t in transposed or (t in files and np.issubdtype(consts[t].dtype, np.floating))
+               for t in node.input if t)
 
 
 def _static(name: str, shapes: dict, node, where: str) -> tuple[int, ...]:
@@ -318,13 +337,15 @@ def _read(model: onnx.ModelProto, where: str, opset: int, image_size, batch_size
     origins: dict[str, str] = {}
     transposed: dict[str, tuple[str, tuple[int, ...]]] = {}
     folded: set[str] = set()
+    exact: dict[str, np.ndarray] = {}
     model = _infer(model, where)
     for _ in range(FOLD_ROUNDS):  # a shape known only once a slice's bounds are folded folds in the next round
         count = len(model.graph.node)
-        model = _infer(_fold(model, opset, where, origins, transposed, folded), where)
+        model = _infer(_fold(model, opset, where, origins, transposed, folded, exact), where)
         if len(model.graph.node) == count:
             break
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    consts.update((t, v) for t, v in exact.items() if t in consts)  # shape arithmetic in float64, as torch's
     shapes = {k: v for k, v in _shapes(model).items()}
     outs = {o.name for o in model.graph.output}
     nodes = fuse_group_norm(_fuse(_nodes(model, shapes, consts, where, blockers), outs), consts, outs)

@@ -36,13 +36,14 @@ from models.dense import Dense
 from models.layer import Layer, Rng
 from models.model import Model
 from models.norm import BatchNorm2d, GroupNorm
+from models.onnx.batch_axes import FIRST, BatchAxis, batch_axes
 from models.onnx.blocks import cut, split_starts
 from models.onnx.builders import PoolNormAttention
 from models.onnx.builders_tensor import TensorBuilders
 from models.onnx.fuse_ops import fuse_channels_last, fuse_norm_act, fuse_squeeze_excite
 from models.onnx.ir import Blocker, Graph, Node, OnnxImportError, blockers_text
 from models.onnx.op_table import EVAL_EXPORT_FIX, NORM_OPS, OPS, trainable_text
-from models.onnx.ops import Binary, Concat, DropPath, LayerOp, Move, GraphOp, Unary, const_to_engine
+from models.onnx.ops import NHWC_AXIS, Binary, Concat, DropPath, LayerOp, GraphOp, Unary, const_to_engine
 from models.onnx.profile import ProfiledGraph
 from models.param import Param
 from models.pool import Dropout
@@ -65,10 +66,12 @@ class GraphBlock(Layer):
 
     kind = "graph"
 
-    def __init__(self, name: str, ops: list[GraphOp], input: str, output: str, dtype) -> None:
+    def __init__(self, name: str, ops: list[GraphOp], input: str, output: str, dtype,
+                 batch: BatchAxis = FIRST) -> None:
         super().__init__(name, name, dtype)
-        self.ops, self.input, self.output = ops, input, output
+        self.ops, self.input, self.output, self.batch = ops, input, output, batch
         self.need_dx = True
+        self.batched = [op for op in ops if getattr(op, "needs_batch", False)]
 
     def params(self) -> list[Param]:
         return [p for op in self.ops for p in op.params()]
@@ -85,6 +88,10 @@ class GraphBlock(Layer):
 
     def forward(self, x: np.ndarray, training: bool) -> np.ndarray:
         t = {self.input: x}
+        if self.batched:  # ops that broadcast a parameter to the batch take the actual one from the block's input
+            axis = NHWC_AXIS[self.batch.axis] if x.ndim == 4 else self.batch.axis
+            for op in self.batched:
+                op.batch = x.shape[axis] // self.batch.fold
         for op in self.ops:
             t[op.output] = op.forward([t[name] for name in op.inputs], training)
         return t[self.output]
@@ -137,8 +144,12 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
     if len(graph.outputs) != 1 or len(graph.output_shapes[0]) != 2 or graph.output_shapes[0][0] != n:
         raise OnnxImportError(f"{graph.name}: the graph's output must be the logits of one image batch [{n}, classes]; "
                               f"got outputs {list(graph.outputs)} of shapes {[list(s) for s in graph.output_shapes]}")
+    axes, why = batch_axes(graph)
+    if axes.get(graph.outputs[0]) not in (FIRST, "unknown"):
+        raise OnnxImportError(f"{shown or graph.name}: the logits {graph.outputs[0]!r} do not hold the batch on axis 0 "
+                              f"(the graph moves it to {axes.get(graph.outputs[0])})")
     rng = Rng(np.random.default_rng(seed))
-    builder = _Builder(graph, dtype, rng, seed, num_classes)
+    builder = _Builder(graph, dtype, rng, seed, num_classes, axes, why)
     ops, blockers = [], []
     for node in graph.nodes:
         try:
@@ -156,7 +167,8 @@ def graph_model(graph: Graph, dtype=np.float32, seed: int = 0, num_classes: int 
         raise OnnxImportError(f"{graph.name}: the classifier has {graph.output_shapes[0][1]} classes, not "
                               f"model.num_classes={num_classes}, and the output is not a Gemm to replace")
     starts = split_starts(graph, splits, shown or graph.name, "ipu.pipeline_splits")
-    blocks = [(name, GraphBlock(name, part, inp, out, dtype)) for name, part, inp, out in cut(ops, graph, starts)]
+    blocks = [(name, GraphBlock(name, part, inp, out, dtype, axes[inp])) for name, part, inp, out
+              in cut(ops, graph, starts)]
     return GraphModel(graph, blocks, builder.sites, rng, dtype)
 
 
@@ -179,12 +191,15 @@ class _Blocked(OnnxImportError):
 
 
 class _Builder(PoolNormAttention, TensorBuilders):
-    def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None) -> None:
+    def __init__(self, graph: Graph, dtype, rng: Rng, seed: int, num_classes: int | None, axes: dict,
+                 why: dict[str, str]) -> None:
         self.g, self.dtype, self.rng = graph, np.dtype(dtype), rng
+        self.axes, self.why = axes, why
         self.init_rng = np.random.default_rng(seed)
         self.num_classes = num_classes
         self.sites: list[ParamSite] = []
         self.used: set[str] = set()
+        self.sourced: set[str] = set()
         self.where = graph.name
 
     def fail(self, node: Node, why: str, fix: str = "") -> _Blocked:
@@ -192,6 +207,15 @@ class _Builder(PoolNormAttention, TensorBuilders):
 
     def const(self, name: str) -> np.ndarray | None:
         return self.g.initializers.get(name)
+
+    def batch_of(self, t: str) -> BatchAxis | None:
+        """Where tensor ``t`` holds the batch (``batch_axes``; None: it has none, a parameter's broadcast)."""
+        b = self.axes.get(t)
+        return b if isinstance(b, BatchAxis) else None
+
+    def batch_at(self, t: str) -> int | None:
+        b = self.batch_of(t)
+        return None if b is None else b.axis
 
     def param(self, node: Node, name: str, data: np.ndarray, kind: str, to_onnx=lambda a: a) -> Param:
         """A parameter of ``node`` named by the file's initializer (through the reshapes the importer folded)."""
@@ -287,7 +311,7 @@ class _Builder(PoolNormAttention, TensorBuilders):
             c = self.const(t)
             if c is None:
                 operands.append(t)
-            elif c.size > 1:
+            elif c.size > 1 and self.g.learned(t):  # a parameter (a computed constant, Swin's mask, stays fixed)
                 shape = c.shape
                 operands.append(self.param(n, t, const_to_engine(c, rank), "bias" if n.op in ("Add", "Sub") else
                                            "norm_scale", lambda v, shape=shape: _onnx_const(v, shape)))
@@ -297,24 +321,15 @@ class _Builder(PoolNormAttention, TensorBuilders):
             raise self.fail(n, "two operands")
         return Binary(n.name, n.op, operands, n.outputs[0])
 
-    def move(self, n: Node) -> GraphOp:
-        x, y = n.input_shapes[0], n.output_shapes[0]
-        if n.op == "Transpose":
-            perm = n.attrs.get("perm", list(range(len(x)))[::-1])
-            if perm[0] != 0:
-                raise self.fail(n, "a transpose must keep the batch first")
-            return Move(n.name, n.inputs[:1], n.outputs[0], y[1:], perm)
-        if not y or y[0] != x[0]:
-            raise self.fail(n, f"reshaping {list(x)} to {list(y)} mixes the batch")
-        return Move(n.name, n.inputs[:1], n.outputs[0], y[1:])
-
     # the op table's layer -> the method that builds it
     BUILDERS = {"Conv2d": "conv", "Dense": "dense", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm_node",
                 "LayerNorm": "layer_norm", "Activation": "activation", "Unary": "unary", "Binary": "binary",
                 "MaxPool2d": "max_pool", "AvgPool2d": "avg_pool", "GlobalAvgPool": "global_pool", "Concat": "concat",
                 "Dropout": "dropout", "DropPath": "drop_path", "Move": "move", "Softmax": "softmax",
                 "MatMul": "matmul", "ReduceMean": "reduce_mean", "Slice": "slice", "Gather": "gather",
-                "Split": "split", "Power": "power", "Pad": "pad"}
+                "Split": "split", "Power": "power", "Pad": "pad", "Expand": "expand"}
+    # layers whose builders read their constant inputs themselves (weights, scales, operands)
+    CONSTANTS_READ = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "LayerNorm", "Binary", "MatMul")
 
     def node(self, n: Node) -> GraphOp | list[GraphOp]:
         """The engine op of one node (Split: one per output): the builder of its layer in the op table
@@ -322,7 +337,11 @@ class _Builder(PoolNormAttention, TensorBuilders):
         rule = OPS.get(n.op)
         if rule is None or not rule.trainable:
             raise self.fail(n, "prediction only: no layer of the engine trains this op")
-        return getattr(self, self.BUILDERS[rule.layer])(n)
+        if n.name in self.why:
+            raise self.fail(n, f"the batch cannot be followed: {self.why[n.name]}")
+        made = getattr(self, self.BUILDERS[rule.layer])(n)
+        sources = self.sources(n)
+        return sources + (made if isinstance(made, list) else [made]) if sources else made
 
     def activation(self, n: Node) -> GraphOp:
         return LayerOp(n.name, n.inputs[:1], n.outputs[0], Activation(n.name, n.name, n.op.lower(), self.dtype))

@@ -90,16 +90,21 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Dropout", "dropout", "Dropout"),
     OpRule("DropPath", "drop_path", "DropPath", pattern="torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)"),
     OpRule("Flatten", "movement", "Move"),
-    OpRule("Reshape", "movement", "Move", "the batch stays first"),
-    OpRule("Transpose", "movement", "Move", "the batch stays first"),
+    OpRule("Reshape", "movement", "Move", "the batch on any axis, alone or folded with another axis (attention's "
+           "heads, or windows), never split over two; a shape that holds the traced batch follows the actual one"),
+    OpRule("Transpose", "movement", "Move", "any permutation (the batch's axis followed)"),
     OpRule("Squeeze", "movement", "Move"),
     OpRule("Unsqueeze", "movement", "Move"),
     OpRule("Identity", "movement", "Move"),
     OpRule("Slice", "movement", "Slice", "of a computed tensor: constant starts, ends, axes and steps; the batch "
            "whole"),
-    OpRule("Gather", "movement", "Gather", "of a computed tensor: constant indices, on any axis but the batch's"),
+    OpRule("Gather", "movement", "Gather", "of a computed tensor or a parameter (Swin's relative position bias "
+           "table): constant indices, on any axis but the batch's"),
     OpRule("Split", "movement", "Split", "any axis but the batch's (one `Slice` per output)"),
     OpRule("Pad", "movement", "Pad", "constant mode, constant pads (none negative, none on the batch's axis)"),
+    OpRule("Expand", "movement", "Expand", "a constant shape; of a parameter (ViT's class token): broadcast to the "
+           "actual batch on the one axis broadcast to the traced batch, its gradient summed"),
+    OpRule("Tile", "movement", "Expand", "constant repeats; of a parameter: tiled to the actual batch as Expand"),
     OpRule("Pow", "elementwise", "Power", "a constant scalar exponent"),
     OpRule("Sqrt", "elementwise", "Power"),
     OpRule("Reciprocal", "elementwise", "Power"),
@@ -111,6 +116,13 @@ OPS: dict[str, OpRule] = {r.op: r for r in RULES}
 RESHAPES = ("Identity", "Unsqueeze", "Squeeze", "Reshape")
 # ONNX ops read only as part of torch's stochastic depth (``patterns.fuse_drop_path``), or folded as constants
 DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
+# How the batch goes through an op (``batch_axes.py``): reshapes keep it where the traced shapes put it; the engine's
+# per-sample layers take it on axis 0; these layers keep it on its axis (element-wise ops, and the ops that index,
+# norm or reduce other axes, which batch_axes checks)
+BATCH_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+SAMPLE_LAYERS = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool")
+SAME_BATCH_LAYERS = ("Activation", "Unary", "Dropout", "Power", "Move", "Slice", "Split", "Pad", "Softmax", "LayerNorm",
+                     "DropPath", "ReduceMean")
 
 
 # What makes an ONNX op that nothing here reads work (an export option), for the error that names it

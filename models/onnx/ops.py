@@ -219,22 +219,27 @@ class Unary(GraphOp):
 
 class Move(GraphOp):
     """Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity (and Dropout at ratio 0): data
-    movement in ONNX's layout (a rank-4 tensor is transposed to NCHW first and back after), with the
-    batch taken from the input (a batch size folded into a Reshape's shape does not stay fixed).
-    ``out_shape``: the ONNX output shape without the batch. Keeps the input's shape."""
+    movement in ONNX's layout (a rank-4 tensor is transposed to NCHW first and back after). ``shape``: the
+    ONNX output shape at the traced batch; ``src``, ``dst``: where the input and the output hold the batch
+    (``batch_axes.BatchAxis``, None: no batch), so that the output's batch axis takes the actual batch (a batch
+    size folded into a Reshape's shape, ``[tokens, N * heads, d]`` too, does not stay fixed). Keeps the input's
+    shape."""
 
-    def __init__(self, name, inputs, output, out_shape: tuple, perm: list | None = None) -> None:
+    def __init__(self, name, inputs, output, shape: tuple, perm: list | None = None, src=None, dst=None) -> None:
         super().__init__(name, inputs, output)
-        self.out_shape, self.perm = tuple(out_shape), perm
+        self.shape, self.perm, self.src, self.dst = tuple(shape), perm, src, dst
 
     def forward(self, xs, training):
         x = xs[0]
-        self.x_shape = x.shape
         xo = to_onnx(x)
         self.xo_shape = xo.shape
         if self.perm is not None:
             return from_onnx(xo.transpose(self.perm))
-        return from_onnx(xo.reshape((x.shape[0],) + self.out_shape))
+        shape = list(self.shape)
+        if self.dst is not None:
+            batch = xo.shape[self.src.axis] // self.src.fold
+            shape[self.dst.axis] = self.dst.outer * batch * self.dst.inner
+        return from_onnx(xo.reshape(shape))
 
     def backward(self, dy):
         do = to_onnx(dy)

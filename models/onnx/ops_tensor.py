@@ -1,6 +1,7 @@
 """Graph ops on computed tensors that the layer API has no layer for: indexing (Slice, Gather with constant
 indices; Split is one ``Slice`` per output), constant padding (Pad), ``ReduceMean`` over any axes but the batch's, and the element-wise
-``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``; forward and backward side by side, in numpy.
+``Pow`` with a constant exponent, ``Sqrt`` and ``Reciprocal``, ``Expand`` and ``Tile`` (a parameter broadcast to the
+batch), and ``Source`` (a parameter as a computed tensor); forward and backward side by side, in numpy.
 
 The indexing ops and the mean work in ONNX's layout (an image-shaped tensor, NHWC inside the engine, is
 transposed to NCHW and back, as ``Move`` does); the element-wise ones need no layout. A tensor read by several
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.onnx.ops import GraphOp, from_onnx, to_onnx
+from models.onnx.ops import GraphOp, from_onnx, to_onnx, unbroadcast
+from models.param import Param
 
 
 class Slice(GraphOp):
@@ -126,3 +128,65 @@ class Power(GraphOp):
         if self.p == 3:
             return [dy * (3 * (x * x))]
         return [(dy * (self.p * np.power(x, self.p - 1))).astype(dy.dtype, copy=False)]
+
+
+class Source(GraphOp):
+    """A parameter as a computed tensor (no input): what the graph computes from it (ViT's class token broadcast by
+    ``Expand``, Swin's relative position bias gathered from its table) runs as graph ops, and the gradient that
+    comes back is the parameter's (summed over the broadcast by the ops between). ``value``: a ``Param`` (kept in
+    ONNX's layout) or a fixed array (a constant an op that does not fold reads). Keeps nothing."""
+
+    def __init__(self, name, output, value) -> None:
+        super().__init__(name, [], output)
+        self.value = value
+
+    def params(self):
+        return [self.value] if isinstance(self.value, Param) else []
+
+    def forward(self, xs, training):
+        data = self.value.data if isinstance(self.value, Param) else self.value
+        return from_onnx(np.array(data))
+
+    def backward(self, dy):
+        if isinstance(self.value, Param):
+            self.value.grad[...] = to_onnx(dy).reshape(self.value.grad.shape)
+        return []
+
+
+class Expand(GraphOp):
+    """ONNX's Expand (numpy broadcasting to ``shape``, the traced output shape) and Tile (``repeats``) in ONNX's
+    layout. ``src``, ``dst``: where the input and the output hold the batch (``batch_axes.BatchAxis``); an input
+    without it (a parameter) is broadcast (or tiled) to ``batch``, the block's actual batch (``GraphBlock`` sets
+    it). Backward sums the gradient over the copies. Keeps the input's shape."""
+
+    batch: int | None = None
+
+    def __init__(self, name, inputs, output, shape: tuple, src=None, dst=None, repeats: tuple | None = None) -> None:
+        super().__init__(name, inputs, output)
+        self.shape, self.src, self.dst, self.repeats = tuple(shape), src, dst, repeats
+
+    @property
+    def needs_batch(self) -> bool:
+        return self.src is None and self.dst is not None
+
+    def forward(self, xs, training):
+        x = to_onnx(xs[0])
+        self.x_shape = x.shape
+        shape = list(self.shape)
+        reps = None if self.repeats is None else list(self.repeats)
+        if self.dst is not None:
+            batch = self.batch if self.src is None else x.shape[self.src.axis] // self.src.fold
+            shape[self.dst.axis] = self.dst.outer * batch * self.dst.inner
+            if reps is not None and self.src is None:
+                reps[self.dst.axis] = batch
+        self.reps = reps
+        y = np.tile(x, reps) if reps is not None else np.broadcast_to(x, shape)
+        return from_onnx(np.ascontiguousarray(y))
+
+    def backward(self, dy):
+        g = to_onnx(dy)
+        if self.reps is None:
+            return [from_onnx(np.ascontiguousarray(unbroadcast(g, self.x_shape).reshape(self.x_shape)))]
+        x = (1,) * (len(self.reps) - len(self.x_shape)) + tuple(self.x_shape)
+        g = g.reshape([v for r, s in zip(self.reps, x) for v in (r, s)]).sum(axis=tuple(range(0, 2 * len(x), 2)))
+        return [from_onnx(np.ascontiguousarray(g.reshape(self.x_shape)))]

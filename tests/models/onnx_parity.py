@@ -36,16 +36,20 @@ def to_nhwc(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 
 
-def assert_step_equals_torch(net, shape, opset: int = 17, seed: int = 3, rtol: float = 1e-10, atol: float = 1e-14):
+def assert_step_equals_torch(net, shape, opset: int = 17, seed: int = 3, rtol: float = 1e-10, atol: float = 1e-14,
+                             batch: int | None = None, read_at: int | None = None):
     """Export ``net`` (float32, training mode) for inputs of ``shape`` (NCHW), import it, run one float64 forward and
-    backward on random data and compare with torch's (``net`` is made float64); returns the graph model."""
+    backward on random data and compare with torch's (``net`` is made float64); returns the graph model. ``batch``:
+    the step's batch (default the export's); ``read_at``: export the batch dynamic and read the graph at this
+    batch (default: the export's batch, fixed)."""
     import torch
 
-    graph = load_graph(onnx.load_from_string(training_export(net, torch.randn(*shape), opset=opset)),
-                       batch_size=shape[0])
+    dynamic = {"dynamic": {0: "batch"}, "output_name": "logits"} if read_at else {}
+    graph = load_graph(onnx.load_from_string(training_export(net, torch.randn(*shape), opset=opset, **dynamic)),
+                       batch_size=read_at or shape[0])
     model = graph_model(graph, np.float64)
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
+    x = rng.standard_normal((batch or shape[0],) + tuple(shape[1:]))
     logits = model.forward(to_nhwc(x).copy(), training=True)
     dlogits = rng.standard_normal(logits.shape)
     dx = model.backward(dlogits)
