@@ -153,7 +153,7 @@ def catalogue():
          (a2, a2, a2, a1, a1, a1, a1, arr(f64, 1), a2, arr(f64, 1), arr(f64, 1), i64, b1, i64), False),
         ("norm.norm_backward_apply", compiled(N.norm_backward_apply), (a2, a1, a1, a1, a1, a1, a2), False),
         ("optim.momentum_apply", compiled(O.momentum_apply),
-         (types.ListType(a1), types.ListType(a1), types.ListType(a1), a1, arr(b1, 1), a1, b1, arr(i64, 2)), False),
+         (types.ListType(a1), types.ListType(a1), types.ListType(a1), a1, arr(b1, 1), a1, b1), False),
         ("optim.lars_rates", compiled(O.lars_rates), (arr(f64, 2), arr(b1, 1), f64, f64, f64, f64, a1), False),
         ("optim.sum_squares", compiled(O.sum_squares), (a1,), False),
         ("optim.scale_all_finite", compiled(O.scale_all_finite), (a1, f32), False),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 import jit as _compiler
-from jit import prange
 
 
 @_compiler.jit
@@ -121,21 +120,9 @@ def lars_rates(norms, lars, lr, eta, weight_decay, eps, out):
         out[i] = rate
 
 
-CHUNK = 1 << 15  # values per work item of momentum_apply (a parameter is one or more items)
-
-
-def chunks_of(sizes) -> np.ndarray:
-    """The work items of :func:`momentum_apply` for parameters of ``sizes`` values: rows
-    ``(parameter, start, stop)`` of at most ``CHUNK`` values, every parameter in order."""
-    rows = [(i, lo, min(lo + CHUNK, n)) for i, n in enumerate(sizes) for lo in range(0, max(n, 1), CHUNK)]
-    return np.array(rows, np.int64).reshape(-1, 3)
-
-
-@_compiler.jit(parallel=True)
-def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov, chunks):
-    """One TF-style momentum update of every parameter, in place, over the work items ``chunks``
-    (:func:`chunks_of`) on numba's threads: each element's arithmetic is its own, so any split
-    gives the same bits.
+@_compiler.jit
+def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov):
+    """One TF-style momentum update of every parameter, in place.
 
     ``scaled[i]`` is parameter i's learning rate (times its LARS trust ratio), ``decay_terms[i]``
     whether weight decay applies, ``consts = (weight_decay, momentum)``; all in the parameters'
@@ -144,11 +131,10 @@ def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov, chunks):
     ``w = w - u``, then ``w = w - v * m``).
     """
     wd, m = consts[0], consts[1]
-    for t in prange(chunks.shape[0]):
-        i, lo, hi = chunks[t, 0], chunks[t, 1], chunks[t, 2]
+    for i in range(len(ws)):
         w, g, v, s = ws[i], gs[i], vs[i], scaled[i]
         decay = decay_terms[i]
-        for j in range(lo, hi):
+        for j in range(w.size):
             if decay:
                 u = (w[j] * wd + g[j]) * s
             else:
@@ -161,4 +147,4 @@ def momentum_apply(ws, gs, vs, scaled, decay_terms, consts, nesterov, chunks):
                 w[j] = w[j] - v[j]
 
 
-__all__ = ["CHUNK", "chunks_of", "lars_rates", "momentum_apply", "norms_into", "scale_all_finite", "scale_into_all_finite", "sum_squares"]
+__all__ = ["lars_rates", "momentum_apply", "norms_into", "scale_all_finite", "scale_into_all_finite", "sum_squares"]

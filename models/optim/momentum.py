@@ -35,7 +35,6 @@ import numpy as np
 from numba import typed
 
 from jit import ENABLED
-from models.kernels.threads import PARALLEL_MIN_ELEMS, get_num_threads, use_threads
 from models.optim import _kernels
 from models.optim.optimizer_base import Optimizer
 from models.param import Param, generation
@@ -101,9 +100,7 @@ class MomentumSGD(Optimizer):
                 "ws": ws, "gs": gs, "vs": vs, "dtype": dtype, "decays": decays,
                 "lars": lars, "any_lars": bool(lars.any()), "decay_terms": decays & (self.weight_decay != 0.0),
                 "norms": np.zeros((len(self.params), 2)), "rates": np.zeros(len(self.params), dtype),
-                "consts": np.array([self.weight_decay, self.momentum], dtype),
-                "chunks": _kernels.chunks_of([p.data.size for p in self.params]),
-                "threads": 1 if sum(p.data.size for p in self.params) < PARALLEL_MIN_ELEMS else 0}
+                "consts": np.array([self.weight_decay, self.momentum], dtype)}
 
     def step(self, lr: float) -> None:
         fused = self._fused
@@ -121,9 +118,8 @@ class MomentumSGD(Optimizer):
             _kernels.norms_into(fused["ws"], fused["gs"], fused["lars"], fused["norms"])
         _kernels.lars_rates(fused["norms"], fused["lars"], float(lr), self.lars_eta, self.weight_decay,
                             self.lars_epsilon, fused["rates"])
-        use_threads(fused["threads"] or get_num_threads())  # (a small model's update: one thread, no barrier)
         _kernels.momentum_apply(fused["ws"], fused["gs"], fused["vs"], fused["rates"],
-                                fused["decay_terms"], fused["consts"], self.nesterov, fused["chunks"])
+                                fused["decay_terms"], fused["consts"], self.nesterov)
 
     def init_state(self, param: Param) -> dict[str, np.ndarray]:
         return {"momentum": np.zeros_like(param.data)}

@@ -8,8 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from models.kernels.threads import PARALLEL_MIN_ELEMS
-from models.optim import OptimConfig, _kernels, lars_trust_ratio, make_optimizer
+from models.optim import OptimConfig, lars_trust_ratio, make_optimizer
 from models.param import Param
 
 LRS = [0.5, 0.3, 0.3, 0.1, 0.05]  # a changing rate, as a schedule would pass
@@ -359,35 +358,6 @@ def test_the_compiled_step_is_bitwise_the_per_parameter_one(rule, dtype):
             assert a.data.tobytes() == b.data.tobytes(), (a.name, step)
             assert fused.state[a.name]["momentum"].tobytes() == plain.state[b.name]["momentum"].tobytes()
     assert fused.num_updates == plain.num_updates == len(LRS)
-
-
-def test_the_work_items_cover_every_parameter_in_order():
-    c = _kernels.CHUNK
-    assert _kernels.chunks_of([3, 2 * c + 1, 0, c]).tolist() == [
-        [0, 0, 3], [1, 0, c], [1, c, 2 * c], [1, 2 * c, 2 * c + 1], [2, 0, 0], [3, 0, c]]
-
-
-@pytest.mark.parametrize("rule", MOMENTUM_RULES[:3], ids=lambda r: r["name"])
-def test_the_compiled_step_of_large_parameters_on_every_thread_is_bitwise_the_per_parameter_one(rule):
-    """Parameters of several work items each, over the one-thread threshold: the items run on
-    numba's threads (2 where there are 2), and every element is still the numpy expressions'."""
-    def params():
-        rng = np.random.default_rng(3)
-        return [Param("conv.weight", rng.standard_normal((96, 24, 5, 5)).astype(np.float32), "weight"),
-                Param("fc.weight", rng.standard_normal((1000, 90)).astype(np.float32), "weight"),
-                Param("fc.bias", rng.standard_normal(1000).astype(np.float32), "bias")]
-    fused_params, plain_params = params(), params()
-    assert sum(p.data.size for p in fused_params) > PARALLEL_MIN_ELEMS
-    fused, plain = (make_optimizer(OptimConfig(**rule), ps) for ps in (fused_params, plain_params))
-    assert len(fused._fused["chunks"]) > len(fused_params) and fused._fused["threads"] == 0
-    plain._fused = None
-    for step, lr in enumerate(LRS):
-        set_grads(fused_params, step)
-        set_grads(plain_params, step)
-        fused.step(lr)
-        plain.step(lr)
-    for a, b in zip(fused_params, plain_params):
-        assert a.data.tobytes() == b.data.tobytes(), a.name
 
 
 def test_the_compiled_step_follows_a_parameter_whose_arrays_were_replaced():
