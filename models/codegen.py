@@ -143,6 +143,8 @@ def catalogue():
         ("conv.dw_forward", compiled(C.dw_forward), (a4, a3, a4, i64, i64, i64, i64), False),
         ("conv.dw_backward_input", compiled(C.dw_backward_input), (a4, a3, a4, i64, i64, i64, i64), False),
         ("conv.dw_backward_weight", compiled(C.dw_backward_weight), (a4, a4, a4, i64, i64, i64, i64), False),
+        ("conv.im2col", compiled(C.im2col), (a4, a3) + (i64,) * 10, False),
+        ("conv.col2im", compiled(C.col2im), (a3, a4) + (i64,) * 10, False),
         ("group_norm.group_stats", compiled(G.group_stats), (a3, a1, f64, a2, a2, a2, arr(f64, 2)), False),
         ("group_norm.group_affine_act", compiled(G.group_affine_act), (a3, a2, a2, a2, a1, a3, a3, i64, b1), False),
         ("group_norm.group_norm_backward", compiled(G.group_norm_backward),
