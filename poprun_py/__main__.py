@@ -1,5 +1,3 @@
-import sys
+from poprun_py.cli import script
 
-from poprun_py.cli import main
-
-sys.exit(main())
+script()

@@ -16,20 +16,14 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
-
-import psutil
 
 from poprun_py import env as envc
 from poprun_py import wire
 from poprun_py.agent_spec import AgentSpec, attempt_dir
-from poprun_py.bootstrap import wrap_python
 from poprun_py.errors import plural
 from poprun_py.fence import Fence
 from poprun_py.lines import LINE, LineSplitter
@@ -40,12 +34,14 @@ from poprun_py.processes import (
     child_preexec,
     descendants,
     kill_all_descendants,
+    reap,
     set_parent_death_signal,
     signal_tree,
     start_sweeper,
     sweep_also,
 )
 from poprun_py.progress import MPI_READY
+from poprun_py.python_program import wrap_python
 from poprun_py.shm import SEGMENTS_LIST, SegmentTracker
 from poprun_py.topology import InstanceInfo
 
@@ -53,15 +49,18 @@ STALE_PARTIAL_S = 0.5  # show a partial line (a bar without newline) after this 
 PROGRESS_EVERY_S = 0.25  # coalesce progress reports to at most this rate
 TAIL_LINES = 40
 MPI_READY_LINE = MPI_READY.encode()
+_HOST = os.uname().nodename  # socket.gethostname()'s answer, without importing socket
 LINGER_S = 30.0  # after an abnormal end, wait at most this long for the launcher's release
 
 
-@dataclass
 class _State:
-    stop_requests: int = 0
-    stop_signal: int = signal.SIGTERM
-    forward: list[int] = field(default_factory=list)
-    stopped: threading.Event = field(default_factory=threading.Event)
+    """What the signal handlers tell the supervising loop."""
+
+    def __init__(self) -> None:
+        self.stop_requests = 0
+        self.stop_signal = signal.SIGTERM
+        self.forward: list[int] = []
+        self.stopped = threading.Event()
 
 
 class Agent:
@@ -75,13 +74,13 @@ class Agent:
         self._progress = {"what": "", "n": 0, "dirty": False, "sent": 0.0}
         self._progress_lock = threading.Lock()
         run = "".join(c if c.isalnum() or c in "-." else "_" for c in spec.run_id)[:64]  # named after the run
-        self._tmpdir = tempfile.mkdtemp(prefix=f"poprun_{run}_i{info.index}_")
+        self._tmpdir = _private_dir(envc.temp_root(os.environ), f"poprun_{run}_i{info.index}_")
         self._segments_file = os.path.join(self._tmpdir, SEGMENTS_LIST)  # the program lists its own there
         self._logs: dict[str, object] = {}
         self._token = f"{spec.run_id}/{spec.restart_count}/{info.index}/{os.getpid()}"
         self._sweeper: tuple[int, int] | None = None
         self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
-        self._fence = Fence(spec.config.hang_timeout, spec.config.grace_period, LINGER_S, self._fenced)
+        self._fence = Fence(spec.hang_timeout, spec.grace_period, LINGER_S, self._fenced)
 
     # -- output to the launcher ---------------------------------------------------------------
     def send(self, kind: str, **fields) -> None:
@@ -98,7 +97,7 @@ class Agent:
                 self.info,
                 run_id=self.spec.run_id,
                 restart_count=self.spec.restart_count,
-                executable_cache_path=self.spec.config.executable_cache_path,
+                executable_cache_path=self.spec.executable_cache_path,
             )
         )
         env.update(thread_env(len(cpus), env))
@@ -113,9 +112,9 @@ class Agent:
 
     def _place(self) -> list[int]:
         allowed = os.sched_getaffinity(0)
-        if self.spec.config.process_placement == "disabled":
+        if self.spec.process_placement == "disabled":
             return sorted(allowed)
-        local_count = self.info.num_instances // len(self.spec.config.hosts)
+        local_count = self.info.num_instances // self.spec.num_hosts
         cpus = spread_cpus(numa_nodes(), allowed, self.info.local_index, local_count)
         os.sched_setaffinity(0, cpus)  # inherited by the child
         return cpus
@@ -227,14 +226,14 @@ class Agent:
             )
         except OSError as err:
             os.close(progress_w)
-            self.send(wire.START, pid=None, host=socket.gethostname(), cpus=cpus)
+            self.send(wire.START, pid=None, host=_HOST, cpus=cpus)
             msg = f"cannot start {self.program[0]!r}: {err.strerror}"
             self.send(wire.EXIT, code=127, signal=None, duration=0.0, stopped=False,
                       error={"type": "OSError", "message": msg, "traceback": ""}, tail=[msg])
             return 127
         os.close(progress_w)
         self._shm = SegmentTracker(on_new=self._sweep_also, listed=self._segments_file)
-        self.send(wire.START, pid=child.pid, host=socket.gethostname(), cpus=cpus)
+        self.send(wire.START, pid=child.pid, host=_HOST, cpus=cpus)
         readers = [
             threading.Thread(target=self._relay, args=(child.stdout.fileno(), "out"), daemon=True),
             threading.Thread(target=self._relay, args=(child.stderr.fileno(), "err"), daemon=True),
@@ -296,22 +295,18 @@ class Agent:
             self._sweeper = None
             os.write(fd, b"x")
             os.close(fd)
-            try:
-                psutil.Process(pid).wait(timeout=5.0)
-            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
-                pass
+            reap(pid, timeout=5.0)
 
     def _supervise(self, child: subprocess.Popen) -> bool:
         """Wait for the child, acting on stop and forward requests. True if we stopped it."""
         state = self._state
         handled = 0
         kill_at = None
+        ended = _exit_waiter(child)
         while True:
-            try:
-                child.wait(timeout=0.1)
+            if ended(0.1):
+                child.wait()
                 return handled > 0
-            except subprocess.TimeoutExpired:
-                pass
             if self._shm.due(time.monotonic()):
                 self._scan_shm()
 
@@ -325,7 +320,7 @@ class Agent:
                     tree = self._tree()
                     self._scan_shm(tree)  # the last moment every process of the tree is sure to be alive
                     signal_tree(child.pid, tree, first)
-                    kill_at = time.monotonic() + self.spec.config.grace_period
+                    kill_at = time.monotonic() + self.spec.grace_period
                 else:
                     kill_at = time.monotonic()  # a second request: no more grace
             if kill_at is not None and time.monotonic() >= kill_at:
@@ -337,8 +332,10 @@ class Agent:
         """Out of the launcher's reach (``poprun_py.fence``): stop everything of this instance here."""
         log = self._logs.get("stderr")
         if log is not None:
-            log.write(f"poprun_py: instance {self.info.index} on host {socket.gethostname()} is out of the "
+            log.write(f"poprun_py: instance {self.info.index} on host {_HOST} is out of the "
                       f"launcher's reach: {why}; stopping it and its MPI proxy\n".encode())
+        import psutil
+
         tree = self._tree()
         self._scan_shm(tree)
         self.kill_tree()
@@ -348,8 +345,34 @@ class Agent:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _tree(self) -> list:
-        spare = self._sweeper[0] if self._sweeper else None
-        return [p for p in descendants() if p.pid != spare]
+        return descendants(spare=(self._sweeper[0],) if self._sweeper else ())
+
+
+def _exit_waiter(child: subprocess.Popen):
+    """``ended(timeout)``: True once ``child`` has ended, waiting at most ``timeout`` seconds.
+
+    A pidfd (Linux 5.3) wakes the agent the moment the child ends; ``Popen.wait`` with a timeout
+    polls with sleeps that grow to 50 ms, and every instance's end would wait for one of them.
+    """
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        def ended(timeout: float) -> bool:
+            try:
+                child.wait(timeout=timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+
+        return ended
+
+    def ended(timeout: float) -> bool:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+        if ready:
+            os.close(pidfd)
+        return bool(ready)
+
+    return ended
 
 
 def _mpi_fds() -> list[int]:
@@ -360,6 +383,23 @@ def _mpi_fds() -> list[int]:
         if raw.isdigit():
             fds.append(int(raw))
     return fds
+
+
+def _private_dir(root: str, prefix: str) -> str:
+    """A new folder under ``root`` that only this user can enter, named ``prefix`` + pid + n.
+
+    ``tempfile.mkdtemp`` does the same with random names, but importing it (and ``random``,
+    ``hashlib`` with it) is a tenth of an agent's start-up; ``os.mkdir`` refuses a name that
+    exists, also as a link, so a name known in advance is as safe.
+    """
+    for n in range(1000):
+        path = os.path.join(root, f"{prefix}{os.getpid()}_{n}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free folder name {prefix}{os.getpid()}_N in {root}; remove stale poprun_* folders there")
 
 
 def _read_error_file(path: str) -> dict | None:
@@ -399,5 +439,18 @@ def _cleanup(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def leave(code: int) -> None:
+    """Exit with ``code`` once the output is flushed, without the interpreter's teardown of every
+    module (10-20 ms of CPU on a small VM, in every instance at every job's end). The agent's
+    records go out with ``os.write``, its log files are unbuffered, and nothing registers exit
+    handlers in it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -2,44 +2,53 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
-from poprun_py.config import LaunchConfig
 from poprun_py.topology import InstanceInfo
 
+if TYPE_CHECKING:
+    from poprun_py.config import LaunchConfig
 
-@dataclass(frozen=True)
-class AgentSpec:
+
+class AgentSpec(NamedTuple):
     """What the launcher tells every agent (sent as JSON on the agent's command line).
 
     ``instances`` is the job's placement, computed once by the launcher (``assign_instances``):
     the agent of MPI rank ``r`` becomes ``instances[r]`` and hands it to its program through the
-    environment contract (``poprun_py.env.instance_env``).
+    environment contract (``poprun_py.env.instance_env``). The rest is the part of the launch
+    config an agent acts on (``for_job``), so that an agent starts without the config's module.
     """
 
-    config: LaunchConfig
     run_id: str
     instances: tuple[InstanceInfo, ...]
-    restart_count: int = 0
-    log_dir: str | None = None
+    restart_count: int
+    log_dir: str | None
+    grace_period: float  # seconds between the stop signal and SIGKILL
+    hang_timeout: float | None  # the fence's silence limit (poprun_py.fence)
+    process_placement: str  # "disabled", or the CPUs are spread (poprun_py.cpu_binding)
+    num_hosts: int
+    executable_cache_path: str | None
+
+    @classmethod
+    def for_job(cls, config: LaunchConfig, run_id: str, instances: tuple[InstanceInfo, ...],
+                restart_count: int = 0) -> AgentSpec:
+        return cls(run_id, tuple(instances), restart_count, config.log_dir, config.grace_period,
+                   config.hang_timeout, config.process_placement, len(config.hosts),
+                   config.executable_cache_path)
 
     def to_json(self) -> str:
-        fields_ = [f.name for f in dataclasses.fields(InstanceInfo)]
-        return json.dumps(
-            {"config": dataclasses.asdict(self.config), "run_id": self.run_id, "restart_count": self.restart_count,
-             "log_dir": self.log_dir, "instance_fields": fields_,
-             "instances": [[getattr(i, f) for f in fields_] for i in self.instances]}
-        )
+        """Compact at any scale: each instance is one row of values under one list of field names."""
+        return json.dumps({**self._asdict(), "instance_fields": InstanceInfo._fields,
+                           "instances": [list(i) for i in self.instances]})
 
     @staticmethod
-    def from_json(text: str) -> "AgentSpec":
+    def from_json(text: str) -> AgentSpec:
         raw = json.loads(text)
-        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["config"].items()}
-        infos = tuple(InstanceInfo(**dict(zip(raw["instance_fields"], row))) for row in raw["instances"])
-        return AgentSpec(LaunchConfig(**cfg), raw["run_id"], infos, raw["restart_count"], raw["log_dir"])
+        names = raw.pop("instance_fields")
+        infos = tuple(InstanceInfo(**dict(zip(names, row))) for row in raw.pop("instances"))
+        return AgentSpec(instances=infos, **raw)
 
 
 def attempt_dir(log_dir: str, restart_count: int, instance: int) -> str:

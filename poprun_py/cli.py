@@ -8,7 +8,6 @@ becomes that rank's instance and runs the program itself.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
 import os
@@ -148,6 +147,8 @@ def parse_args(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
 def _unknown_options(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """The error for options the launcher does not know (never abbreviations: ``--num-instance``
     is a typo, not ``--num-instances``), with the closest option it has."""
+    import difflib
+
     name = unknown[0].split("=", 1)[0]
     known = [o for a in parser._actions for o in a.option_strings]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
@@ -204,7 +205,16 @@ def _setup_logging(verbose: int) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def script() -> None:
+    """The ``poprun_py`` command and ``python -m poprun_py``."""
+    sys.exit(main(leave_fast=True))
+
+
+def main(argv: list[str] | None = None, *, leave_fast: bool = False) -> int:
+    """``leave_fast``: after launching a job, leave with its exit code without the interpreter's
+    teardown of every module (20-40 ms of a 2-core VM, paid by every job), output flushed first.
+    Only the launcher does: in-MPI mode runs the user's program in this process, whose exit
+    handlers must run."""
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ)
     args = parse_args(argv, environ)
@@ -220,10 +230,19 @@ def main(argv: list[str] | None = None) -> int:
             config = config_from_args(args, mpi_size=rank.size if rank else 1)
             return run_as_instance(config, rank, environ)
         config = config_from_args(args)
-        return launch(config)
+        code = launch(config)
     except ConfigError as err:
         print(f"poprun_py: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    if leave_fast:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
 
 
 def _check_popdist_choice(environ: dict[str, str]) -> None:

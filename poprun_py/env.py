@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 from poprun_py.errors import EnvironmentContractError
-from poprun_py.faults import Fault, parse_fault
 from poprun_py.topology import InstanceInfo, single_instance
+
+if TYPE_CHECKING:
+    from poprun_py.faults import Fault
 
 # PopDist's names, as PopRun sets them (docs/sources.md §9).
 NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
@@ -81,12 +83,12 @@ def instance_env(
 ALONE = single_instance(1)  # outside any launcher: one instance with one replica (PopDist's answer)
 
 
-@dataclass(frozen=True)
-class DistInfo:
+class DistInfo(NamedTuple):
     """What an instance knows about the job, read once from its environment.
 
     ``placement`` is the instance's ``InstanceInfo`` as the launcher computed it; the properties
-    are PopDist's names for its fields.
+    are PopDist's names for its fields. The records of this module are named tuples, not
+    dataclasses: the agent imports this module at every instance's start (``InstanceInfo``).
     """
 
     is_set: bool
@@ -174,8 +176,7 @@ def read_env(environ: Mapping[str, str]) -> DistInfo:
                     restart_count=_int(environ, RESTART_COUNT, 0), under_agent=environ.get(UNDER_AGENT) == "1")
 
 
-@dataclass(frozen=True)
-class RankInfo:
+class RankInfo(NamedTuple):
     """The rank, size and local rank a process received from an MPI launcher or Slurm."""
 
     rank: int
@@ -221,6 +222,8 @@ def read_fault(environ: Mapping[str, str]) -> Fault | None:
     raw = environ.get(FAULT)
     if not raw:
         return None
+    from poprun_py.faults import parse_fault  # only where a fault is asked for
+
     try:
         fault = parse_fault(raw)
     except ValueError as err:
@@ -250,6 +253,11 @@ def with_popdist(path: list[str], choice: str) -> list[str]:
 def python_path_with_popdist(pythonpath: str | None, choice: str) -> str:
     """``PYTHONPATH`` for a program: ``with_popdist`` of its entries."""
     return os.pathsep.join(with_popdist(pythonpath.split(os.pathsep) if pythonpath else [], choice))
+
+
+def temp_root(environ: Mapping[str, str]) -> str:
+    """Where an instance's private working folder goes: ``TMPDIR``, else /tmp."""
+    return environ.get("TMPDIR") or "/tmp"
 
 
 def option_defaults(environ: Mapping[str, str], dests: list[str]) -> dict[str, str]:

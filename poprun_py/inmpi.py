@@ -13,7 +13,6 @@ its ``/dev/shm/mpich_shm_*`` file, so the watcher removes it when the rank ends 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -21,7 +20,8 @@ import sys
 import time
 
 from poprun_py import env as envc
-from poprun_py.bootstrap import run, wrap_python
+from poprun_py.bootstrap import run
+from poprun_py.python_program import wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import RankInfo
 from poprun_py.shm import start_watcher
@@ -33,9 +33,8 @@ logger = logging.getLogger(__name__)
 
 def run_as_instance(config: LaunchConfig, rank: RankInfo | None, environ: dict[str, str]) -> int:
     index = rank.rank if rank else 0
-    info = dataclasses.replace(
-        assign_instances(config)[index], host=socket.gethostname(), local_index=rank.local_rank if rank else 0
-    )
+    info = assign_instances(config)[index]._replace(
+        host=socket.gethostname(), local_index=rank.local_rank if rank else 0)
     run_id = environ.get(envc.RUN_ID) or f"mpi-{time.strftime('%Y%m%d-%H%M%S')}"
     os.environ.update(envc.instance_env(info, run_id=run_id, executable_cache_path=config.executable_cache_path))
     _offer_popdist(envc.popdist_choice(os.environ))

@@ -20,8 +20,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-import psutil
-
 from poprun_py import elastic, wire
 from poprun_py.agent_spec import AgentSpec, attempt_dir
 from poprun_py.config import LaunchConfig
@@ -71,7 +69,7 @@ class Job:
 
     # -- public --------------------------------------------------------------------------------
     def argv(self, restart_count: int) -> list[str]:
-        spec = AgentSpec(self.config, self.run_id, tuple(self.infos), restart_count, self.config.log_dir)
+        spec = AgentSpec.for_job(self.config, self.run_id, tuple(self.infos), restart_count)
         return build_mpiexec_argv(
             self.config, mpiexec=self.mpiexec, flavor=self.flavor,
             rank_command=agent_command(spec.to_json(), self.config.program, self.python),
@@ -257,7 +255,7 @@ class Job:
             "config": asdict(self.config),
             "mpiexec": self.mpiexec,
             "mpi_flavor": self.flavor,
-            "topology": [asdict(i) for i in self.infos],
+            "topology": [i._asdict() for i in self.infos],
             "attempts": [
                 {
                     "restart_count": a.restart_count, "command": a.command,
@@ -340,6 +338,8 @@ class _Teardown:
                 pass
 
     def _kill_everything(self) -> None:
+        import psutil  # the last resort only: a job that ends in order never needs it
+
         procs = []
         for pid in [self.proc.pid] + [s.pid for s in self.states if s.pid]:
             try:

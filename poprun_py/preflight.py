@@ -25,13 +25,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from poprun_py import __version__, wire
-from poprun_py.bootstrap import OWN_PACKAGES, wrap_python
+from poprun_py.python_program import OWN_PACKAGES, wrap_python
 from poprun_py.config import LaunchConfig
 from poprun_py.env import detect_rank
 from poprun_py.errors import plural
@@ -203,6 +202,8 @@ def format_problems(problems: list[str], num_hosts: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import socket  # the per-host check only: the launcher imports this module for program_problems
+
     spec = json.loads(argv[0])
     rank = detect_rank(os.environ)
     record = wire.encode(PREFLIGHT, i=rank.rank if rank else 0, host=socket.gethostname(),

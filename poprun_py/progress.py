@@ -21,7 +21,10 @@ import threading
 import time
 
 from poprun_py import env as envc
-from poprun_py.faults import Fault, fire
+
+TYPE_CHECKING = False  # typing's flag: the agent, which reads MPI_READY here, starts without faults
+if TYPE_CHECKING:
+    from poprun_py.faults import Fault
 
 WRITE_EVERY_S = 0.1
 # Reported, and written at once, right after MPI_Init: the agent reads the maps of its tree then,
@@ -88,6 +91,8 @@ def report_progress(what: str) -> None:
         else:
             _pending = True  # _write_late writes it, or a later report replaces it
     if _fault is not None and what == _fault.at:
+        from poprun_py.faults import fire
+
         fire(_fault)
 
 

@@ -34,13 +34,11 @@ communicator is created), and removes them when the rank ends without a normal i
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import select
 import time
 from collections.abc import Callable, Iterable
 
-logger = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
 # The names MPI libraries give the files they keep for a job's lifetime: MPICH 4.2+ (``mpich_shm_``,
@@ -89,7 +87,10 @@ def remove_segments(paths: Iterable[str]) -> list[str]:
         except FileNotFoundError:
             pass
         except OSError as err:
-            logger.warning("cannot remove the MPI shared-memory file %s (%s); remove it by hand", path, err.strerror)
+            import logging  # only here: the agent starts without it
+
+            logging.getLogger(__name__).warning(
+                "cannot remove the MPI shared-memory file %s (%s); remove it by hand", path, err.strerror)
     return removed
 
 

@@ -1,6 +1,7 @@
 """What a process imports at start, where it costs every instance of a job (docs/launcher.md, "What
-launcher mode costs at start"): the per-instance agent stays off ``typing`` and ``pathlib``, and a
-training process off ``onnx`` (0.8 s of CPU) until a run reads an ONNX file. Each in a fresh
+launcher mode costs at start"): the per-instance agent stays off ``dataclasses`` (its records are
+named tuples), ``psutil`` (until a tree is left to walk), ``tempfile``, ``logging``, ``socket`` and
+``pathlib``, and a training process off ``onnx`` (0.8 s of CPU) until a run reads an ONNX file. Each in a fresh
 interpreter: the test process has imported everything already."""
 
 import json
@@ -18,7 +19,8 @@ def imported(module: str, names: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("module,names", [
-    ("poprun_py.agent", ("typing", "pathlib", "numpy")),
+    ("poprun_py.agent", ("dataclasses", "psutil", "tempfile", "logging", "socket", "pathlib", "numpy",
+                         "poprun_py.config", "poprun_py.faults")),
     ("launch.train.cli", ("onnx", "ml_dtypes")),
     ("launch.predict.cli", ("onnx", "ml_dtypes")),
 ])

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from poprun_py.bootstrap import wrap_python
+from poprun_py.python_program import wrap_python
 from poprun_py.cpu_binding import parse_cpulist, spread_cpus, thread_env
 
 
@@ -54,7 +54,7 @@ def test_wrap_python_versioned_name():
 def test_a_console_script_of_this_environment_runs_under_the_bootstrap(tmp_path):
     import sys
 
-    from poprun_py.bootstrap import console_script
+    from poprun_py.python_program import console_script
 
     script = tmp_path / "poprun-train"
     script.write_text(f"#!{tmp_path / 'python3'}\nimport sys\n")

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from poprun_py import env as envc
@@ -96,9 +98,11 @@ def test_the_agents_spec_carries_the_launchers_placement_unchanged():
     from poprun_py.agent_spec import AgentSpec
 
     config = validate_config(program=("x",), num_instances=4, num_replicas=8, ipus_per_replica=2, hosts=("a", "b"))
-    spec = AgentSpec(config, "run", tuple(assign_instances(config)), restart_count=1, log_dir="/l")
+    config = dataclasses.replace(config, log_dir="/l", grace_period=3.0)
+    spec = AgentSpec.for_job(config, "run", tuple(assign_instances(config)), restart_count=1)
     back = AgentSpec.from_json(spec.to_json())
     assert back == spec
+    assert (back.log_dir, back.grace_period, back.restart_count, back.num_hosts) == ("/l", 3.0, 1, 2)
     assert [(i.host, i.replica_offset, i.device_id) for i in back.instances] == [
         ("a", 0, 24), ("a", 2, 25), ("b", 4, 26), ("b", 6, 27)]
 

@@ -241,12 +241,11 @@ def head_on_images(x):
 
 def test_ipus_per_replica_come_from_poprun_or_the_mapping():
     from ipu.runtime.program import _ipus_per_replica
-    from dataclasses import replace
 
     from poprun_py.env import ALONE, DistInfo
 
     def under_poprun(ipus: int) -> DistInfo:
-        return DistInfo(is_set=True, placement=replace(ALONE, ipus_per_replica=ipus))
+        return DistInfo(is_set=True, placement=ALONE._replace(ipus_per_replica=ipus))
 
     assert _ipus_per_replica(DistInfo(is_set=False), 3) == 4  # alone: the next power of two
     assert _ipus_per_replica(under_poprun(4), 2) == 4
