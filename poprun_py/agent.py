@@ -34,6 +34,7 @@ from poprun_py.processes import (
     child_preexec,
     descendants,
     kill_all_descendants,
+    leave,
     reap,
     set_parent_death_signal,
     signal_tree,
@@ -437,19 +438,6 @@ def _cleanup(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-
-
-def leave(code: int) -> None:
-    """Exit with ``code`` once the output is flushed, without the interpreter's teardown of every
-    module (10-20 ms of CPU on a small VM, in every instance at every job's end). The agent's
-    records go out with ``os.write``, its log files are unbuffered, and nothing registers exit
-    handlers in it."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -235,13 +235,9 @@ def main(argv: list[str] | None = None, *, leave_fast: bool = False) -> int:
         print(f"poprun_py: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     if leave_fast:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        from poprun_py.processes import leave
+
+        leave(code)
     return code
 
 

@@ -125,6 +125,22 @@ def kill_all_descendants(timeout: float = 2.0, spare: tuple[int, ...] = ()) -> N
         psutil.wait_procs(procs, timeout=timeout)
 
 
+def leave(code: int) -> None:
+    """Exit with ``code`` once stdout and stderr are flushed, without the interpreter's teardown
+    of every module (10-40 ms of CPU on a small VM). For the agent and the launcher, at every
+    job's end: their records go out with ``os.write`` or flushed streams, their log files are
+    unbuffered, and neither runs a user's code or registers exit handlers."""
+    logging = sys.modules.get("logging")  # the launcher's handlers; the agent never imports it
+    if logging is not None:
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def reap(pid: int, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for this process's child ``pid`` to end and reap it.
     True when it ended (or was already reaped)."""
