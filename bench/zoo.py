@@ -6,7 +6,7 @@
 Every classification model of ``torchvision.models.list_models(module=torchvision.models)`` (``weights=None``:
 nothing is downloaded; 10 classes), or those of ``--models``, plus a short list of timm models with ``--timm``
 when timm is installed. Each is built at ``--size`` pixels where it takes that size, else at the smallest of a
-few larger sizes it runs at, exported with torch's TorchScript exporter in training mode without constant
+few larger sizes it runs at (and its exporter writes it at), exported with torch's TorchScript exporter in training mode without constant
 folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and read by ``models.onnx``:
 
 * exported: the export ran (and at what opset and size);
@@ -20,7 +20,8 @@ folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and 
   bias before a batch norm, whose exact gradient is 0 and whose float64 one is rounding noise); dropout and
   stochastic depth are set to 0 for this export only (their masks are not torch's draws), and weights
   initialised to zero (ViT's head) are drawn small and random, so that the gradients behind them are not all zero;
-* step ms: the median float32 training step (forward, loss, backward) of ``--steps``, one thread;
+* step ms: the median float32 training step (forward, loss, backward) of ``--steps``, on ``--threads``;
+* torch ms: torch's median float32 training step of the same network and batch on the same threads, channels-last;
 * first blocker: the first line of ``poprun-ipu check`` (or the error of the stage that failed).
 
 Each model runs in a subprocess of its own (``--one NAME``), under ``--timeout`` seconds: a crash, an out-of-memory
@@ -57,8 +58,9 @@ TIMM_MODELS = ("resnet10t", "efficientnet_b0", "mobilenetv3_small_050", "convnex
 EXTRA_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True}, "googlenet": {"aux_logits": False,
                                                                                             "init_weights": True}}
 RTOL = 1e-10
-HEADER = ("| model | exported | predicts | trains | gradients equal | step ms | first blocker |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+HEADER = ("| model | exported | predicts | trains | gradients equal | step ms | torch ms | first blocker |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- |")
+COLUMNS = ("exported", "predicts", "trains", "gradients equal", "step ms", "torch ms", "first blocker")
 
 
 def build(name: str, timm_model: bool, size: int, classes: int, extra: dict | None = None):
@@ -112,6 +114,40 @@ def export(net, size: int, batch: int, opset: int) -> bytes:
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                           input_names=["images"], output_names=["logits"])
     return f.getvalue()
+
+
+def built_and_exported(name: str, timm_model: bool, args):
+    """(net, size, ONNX bytes at opset 17): at ``args.size``, or the next of ``SIZES`` where both torch runs the
+    network and its exporter writes it (AlexNet's and VGG's adaptive pooling exports only where the output size
+    divides the input's)."""
+    errors, start = [], args.size
+    while True:
+        net, size = build(name, timm_model, start, args.classes, _kwargs(args.kwargs).get(name))
+        try:
+            return net, size, export(net, size, args.batch, 17)
+        except Exception as e:
+            errors.append(f"{size}px: {_line(e)}")
+            later = [s for s in SIZES if s > size]
+            if not later:
+                raise RuntimeError("; ".join(errors[-2:])) from None
+            start = later[0]
+
+
+def torch_step_ms(net, size: int, batch: int, steps: int, classes: int) -> float:
+    """torch's median float32 training step (forward, cross-entropy, backward) of the same network and batch, on
+    the same threads, channels-last."""
+    import torch
+
+    net = net.float().train().to(memory_format=torch.channels_last)
+    x = torch.randn(batch, 3, size, size).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, classes, (batch,))
+    times = []
+    for _ in range(steps + 1):
+        t0 = time.perf_counter()
+        net.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(x), labels).backward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:]) * 1e3
 
 
 def no_randomness(net) -> None:
@@ -209,8 +245,7 @@ def row(name: str, timm_model: bool, args) -> str:
 
     cells = dict(EMPTY)
     try:
-        net, size = build(name, timm_model, args.size, args.classes, _kwargs(args.kwargs).get(name))
-        data = export(net, size, args.batch, 17)
+        net, size, data = built_and_exported(name, timm_model, args)
         opset = 17
         if any(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node):
             data, opset = export(net, size, args.batch, 20), 20
@@ -244,6 +279,7 @@ def row(name: str, timm_model: bool, args) -> str:
     try:
         losses, ms = train(data, args.batch, args.updates, args.steps)
         cells["trains"], cells["step ms"] = f"yes (loss {losses})", f"{ms:.1f}"
+        cells["torch ms"] = f"{torch_step_ms(net, size, args.batch, args.steps, args.classes):.1f}"
     except Exception as e:
         cells["trains"], cells["first blocker"] = "no", f"train: {_line(e)}"
         if args.verbose:
@@ -263,8 +299,7 @@ def row(name: str, timm_model: bool, args) -> str:
 
 
 def _format(name: str, cells: dict) -> str:
-    text = [name] + [str(cells[k]).replace("|", "/") for k in ("exported", "predicts", "trains", "gradients equal",
-                                                              "step ms", "first blocker")]
+    text = [name] + [str(cells[k]).replace("|", "/") for k in COLUMNS]
     return "| " + " | ".join(text) + " |"
 
 
@@ -309,7 +344,8 @@ def isolated(name: str, timm_model: bool, args) -> str:
 
 
 ROW = "ZOO-ROW "
-EMPTY = {"exported": "no", "predicts": "-", "trains": "-", "gradients equal": "-", "step ms": "-", "first blocker": ""}
+EMPTY = {"exported": "no", "predicts": "-", "trains": "-", "gradients equal": "-", "step ms": "-", "torch ms": "-",
+         "first blocker": ""}
 
 
 def main() -> None:

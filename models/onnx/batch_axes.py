@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from models.onnx.ir import Graph, Node
 from models.onnx.op_table import BATCH_RESHAPES, OPS, SAME_BATCH_LAYERS, SAMPLE_LAYERS, ops_of
+from models.onnx.ops_einsum import einsum_terms
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,26 @@ def _matmul(n: Node, ins: list) -> BatchAxis:
     return found[0]
 
 
+def _einsum(n: Node, ins: list) -> BatchAxis:
+    """The batch goes with its letter: every operand that holds it holds it on the same letter, folded alike, and
+    the output keeps that letter (a sum over the batch mixes the samples)."""
+    try:
+        terms, out = einsum_terms(n.attrs.get("equation", ""), [len(s) for s in n.input_shapes])
+    except ValueError as err:
+        raise NotFollowed(str(err)) from None
+    held = {(terms[i][b.axis], b.outer, b.inner) for i, b in enumerate(ins) if b is not None}
+    if len(held) > 1:
+        raise NotFollowed(f"its operands hold the batch on different letters or folds ({sorted(held)})")
+    (letter, outer, inner), = held
+    if letter not in out:
+        raise NotFollowed(f"it sums over the batch's letter {letter!r} (each sample is its own)")
+    for t, term, b in zip(n.inputs, terms, ins):
+        if b is None and letter in term:
+            raise NotFollowed(f"operand {t!r} has the batch's letter {letter!r} without the batch (a constant of the "
+                              f"traced batch's size: it would not follow another batch)")
+    return BatchAxis(out.index(letter), outer, inner)
+
+
 def _follow(n: Node, ins: list, batch: int) -> list:
     """The batch axes of ``n``'s outputs from its inputs' (``ins``; ``None``: no batch); raises ``NotFollowed``."""
     if n.op in ("Expand", "Tile"):
@@ -125,6 +146,8 @@ def _follow(n: Node, ins: list, batch: int) -> list:
     x = n.input_shapes[0]
     b = ins[0]
     a = n.attrs
+    if n.op == "Einsum":
+        return [_einsum(n, ins)]
     if b is None and n.op not in BINARY | {"MatMul", "Concat"}:
         raise NotFollowed("its data input has no batch while another input has")
     if layer in SAMPLE_LAYERS and n.op != "MatMul":

@@ -1,4 +1,4 @@
-"""The graph model's builders of pooling, layer norm and the attention ops (Softmax, MatMul), one method per op
+"""The graph model's builders of pooling, layer norm and the attention ops (Softmax, MatMul, Einsum), one method per op
 table layer (``_Builder.BUILDERS``); ``network._Builder`` inherits them. Each reads one ``Node`` and returns its
 graph op, or raises the builder's blocker (``self.fail``) naming what the node asks that training does not take."""
 
@@ -14,6 +14,7 @@ from models.onnx.ir import Node
 from models.onnx.op_table import CEIL_MODE_FIX
 from models.onnx.ops import NCHW_TO_NHWC, GraphOp, LayerOp
 from models.onnx.ops_attention import MatMul, Softmax
+from models.onnx.ops_einsum import Einsum, einsum_terms, letter_sizes
 from models.onnx.ops_norm import LayerNorm
 from models.pool import AvgPool2d, GlobalAvgPool, MaxPool2d
 
@@ -126,6 +127,19 @@ class PoolNormAttention:
             raise self.fail(n, "a product of two constants (fold it before exporting)")
         return MatMul(n.name, [t if c is None else self._weight(n, t, c) for t, c in zip(n.inputs, consts)],
                       n.outputs[0])
+
+    def einsum(self, n: Node) -> GraphOp:
+        """numpy's einsum of the operands, a constant one a trainable weight (kept in ONNX's layout)."""
+        consts = [self.const(t) for t in n.inputs]
+        if all(c is not None for c in consts):
+            raise self.fail(n, "an Einsum of constants only (fold it before exporting)")
+        try:
+            terms, out = einsum_terms(n.attrs["equation"], [len(s) for s in n.input_shapes])
+            letter_sizes(terms, n.input_shapes)
+        except ValueError as err:
+            raise self.fail(n, str(err)) from None
+        return Einsum(n.name, [t if c is None else self._weight(n, t, c) for t, c in zip(n.inputs, consts)],
+                      n.outputs[0], terms, out)
 
     def _weight(self, n: Node, t: str, value: np.ndarray, kind: str = "weight"):
         """A constant operand as a trainable weight, named (and written back) as the file's initializer it

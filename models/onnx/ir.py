@@ -114,13 +114,13 @@ def blockers_text(blockers: list[Blocker]) -> str:
 
 
 def param_inputs(node: Node, constants) -> list[str]:
-    """The node's inputs that are trainable weights: Conv/Gemm/MatMul weights and biases, norm scales
+    """The node's inputs that are trainable weights: Conv/Gemm/MatMul/Einsum weights and biases, norm scales
     and offsets (not batch norm's running statistics), and a non-scalar constant operand of an
     element-wise Add/Sub/Mul/Div (a learned bias or scale); scalar constants are not parameters."""
     if node.op in WEIGHTED_OPS:
         return [t for t in node.inputs[1:3] if t in constants]
-    if node.op == "MatMul" or node.op in ops_of("binary"):
-        return [t for t in node.inputs if t in constants and (node.op == "MatMul" or constants[t].size > 1)]
+    if node.op in ("MatMul", "Einsum") or node.op in ops_of("binary"):
+        return [t for t in node.inputs if t in constants and (node.op in ("MatMul", "Einsum") or constants[t].size > 1)]
     return []
 
 

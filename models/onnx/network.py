@@ -327,9 +327,9 @@ class _Builder(PoolNormAttention, TensorBuilders):
                 "MaxPool2d": "max_pool", "AvgPool2d": "avg_pool", "GlobalAvgPool": "global_pool", "Concat": "concat",
                 "Dropout": "dropout", "DropPath": "drop_path", "Move": "move", "Softmax": "softmax",
                 "MatMul": "matmul", "ReduceMean": "reduce_mean", "Slice": "slice", "Gather": "gather",
-                "Split": "split", "Power": "power", "Pad": "pad", "Expand": "expand"}
+                "Split": "split", "Power": "power", "Pad": "pad", "Expand": "expand", "Einsum": "einsum"}
     # layers whose builders read their constant inputs themselves (weights, scales, operands)
-    CONSTANTS_READ = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "LayerNorm", "Binary", "MatMul")
+    CONSTANTS_READ = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "LayerNorm", "Binary", "MatMul", "Einsum")
 
     def node(self, n: Node) -> GraphOp | list[GraphOp]:
         """The engine op of one node (Split: one per output): the builder of its layer in the op table

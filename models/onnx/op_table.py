@@ -48,6 +48,7 @@ PROFILE_RULES = {
     "dropout": "`dropout`",
     "drop_path": "`eltwise`, one factor per sample kept",
     "softmax": "`softmax`",
+    "einsum": "`dense` without geometry, a multiply-add per combination of its letters' values",
     "concat": "`concat` (a copy)",
     "movement": "none (data movement)",
     "elementwise": "`eltwise`, its input kept",
@@ -58,6 +59,9 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Gemm", "dense", "Dense", "a constant weight; no transA, alpha = beta = 1"),
     OpRule("MatMul", "dense", "MatMul", "a constant weight on [N, features] is a `Dense`; else numpy's matmul of "
            "two computed tensors or one and a constant weight, batch dimensions broadcast"),
+    OpRule("Einsum", "einsum", "Einsum", "any number of operands (computed, or constant weights), explicit or "
+           "implicit output, `...`; no letter twice in one operand (diagonals, traces), no size-1 axis broadcast "
+           "against a longer one"),
     OpRule("BatchNormalization", "norm", "BatchNorm2d", "batch statistics when training, running statistics kept",
            cost_as="batch"),
     OpRule("GroupNormalization", "norm", "GroupNorm", cost_as="group",

@@ -9,6 +9,8 @@ twice the forward's multiply-adds for matrix layers); one rule per family of the
   dilation); keeps its input.
 - ``Gemm`` / ``MatMul`` with a constant weight: ``dense`` (rows = all leading dimensions). A
   ``MatMul`` of two computed tensors: ``dense`` without geometry (costed at the matrix units' peak rate).
+- ``Einsum``: ``dense`` without geometry, one multiply-add per combination of its letters' values; keeps its
+  computed operands.
 - ``BatchNormalization``, ``GroupNormalization``, ``InstanceNormalization``, ``LayerNormalization``: ``norm``.
 - Activations (``Relu``, ``Clip``, ``Sigmoid``, ``HardSigmoid``, ``HardSwish``, ``Tanh``, ``Gelu``,
   ``SiLU``): ``act``. One that reads a norm's or a residual add's output alone keeps nothing (the engine
@@ -51,6 +53,7 @@ from collections.abc import Sequence
 from models.onnx.graph import load_graph
 from models.onnx.ir import Graph, Node, OnnxImportError, param_inputs
 from models.onnx.op_table import NORM_OPS, OPS, cost_as
+from models.onnx.ops_einsum import einsum_macs, einsum_terms
 from models.onnx.patterns import squeeze_excite_chains
 from models.profile import ConvShape, LayerProfile
 
@@ -120,6 +123,14 @@ class _Rows:
             return [_row(node, block, "eltwise", e, e, node.output_shapes[0][0], params)]
         if family == "dropout":
             return [_row(node, block, "dropout", e, e, e if node.attrs.get("ratio", 0.5) > 0 else 0, params)]
+        if family == "einsum":
+            try:
+                terms, out = einsum_terms(node.attrs["equation"], [len(s) for s in node.input_shapes])
+                macs = einsum_macs(terms, out, node.input_shapes)
+            except ValueError as err:
+                raise OnnxImportError(f"node {node.name!r}: {err}") from None
+            saved = sum(math.prod(node.input_shapes[i]) for i in self.computed(node))
+            return [_row(node, block, "dense", 2 * macs, 4 * macs, saved, params, True)]
         if family == "softmax":
             return [_row(node, block, "softmax", 5 * e, 4 * e, e, params)]
         if family == "concat":
