@@ -237,6 +237,11 @@ def train(data: bytes, batch: int, updates: int, steps: int) -> tuple[str, float
     return " -> ".join(f"{v:.3f}" for v in losses[:1] + losses[-1:]), statistics.median(times[1:]) * 1e3
 
 
+def partial(name: str, cells: dict) -> None:
+    """The row so far, printed after each stage: a model killed at its time limit keeps what it got to."""
+    print(ROW + json.dumps(_format(name, cells)), flush=True)
+
+
 def row(name: str, timm_model: bool, args) -> str:
     import onnx
 
@@ -250,6 +255,7 @@ def row(name: str, timm_model: bool, args) -> str:
         if any(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node):
             data, opset = export(net, size, args.batch, 20), 20
         cells["exported"] = f"yes (opset {opset}, {size}px)"
+        partial(name, {**cells, "predicts": "not reached", "trains": "not reached"})
     except Exception as e:
         cells["first blocker"] = f"export: {_line(e)}"
         return _format(name, cells)
@@ -276,10 +282,13 @@ def row(name: str, timm_model: bool, args) -> str:
     if not report.train.clean:
         cells["trains"] = "no"
         return _format(name, cells)
+    partial(name, {**cells, "trains": "not reached"})
     try:
         losses, ms = train(data, args.batch, args.updates, args.steps)
         cells["trains"], cells["step ms"] = f"yes (loss {losses})", f"{ms:.1f}"
+        partial(name, {**cells, "gradients equal": "not reached"})
         cells["torch ms"] = f"{torch_step_ms(net, size, args.batch, args.steps, args.classes):.1f}"
+        partial(name, {**cells, "gradients equal": "not reached"})
     except Exception as e:
         cells["trains"], cells["first blocker"] = "no", f"train: {_line(e)}"
         if args.verbose:
@@ -331,7 +340,11 @@ def isolated(name: str, timm_model: bool, args) -> str:
         (["--kwargs", args.kwargs] if args.kwargs else []) + (["--verbose"] if args.verbose else [])
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rows = [line for line in out.splitlines() if line.startswith(ROW)]
+        if rows:  # what it got to: the stages after it are "not reached"
+            return json.loads(rows[-1][len(ROW):]).replace("| not reached |", f"| timed out ({args.timeout} s) |")
         return _format(name, {**EMPTY, "first blocker": f"timed out after {args.timeout} s"})
     if args.verbose and done.stderr:
         sys.stderr.write(done.stderr)

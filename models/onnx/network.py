@@ -319,7 +319,7 @@ class _Builder(PoolNormAttention, TensorBuilders):
                 operands.append(np.asarray(const_to_engine(c, rank), self.dtype))
         if len(operands) != 2:
             raise self.fail(n, "two operands")
-        return Binary(n.name, n.op, operands, n.outputs[0])
+        return Binary(n.name, n.op, operands, n.outputs[0], [len(s) for s in n.input_shapes], rank)
 
     # the op table's layer -> the method that builds it
     BUILDERS = {"Conv2d": "conv", "Dense": "dense", "BatchNorm2d": "batch_norm", "GroupNorm": "group_norm_node",

@@ -104,21 +104,47 @@ class LayerOp(GraphOp):
         return [None if dx is None else dx.reshape(self.x_shape)]
 
 
+def _into(v: np.ndarray, rank: int, out_rank: int) -> np.ndarray:
+    """A computed operand of ONNX rank ``rank`` (engine layout) as numpy broadcasts it into an output of
+    ``out_rank``: a lower rank into an image batch (NHWC) gets its leading ones and the image's axis order; an
+    image batch into another rank (MaxViT's attention bias, rank 4, added to rank-5 scores) is ONNX's NCHW again."""
+    if out_rank == 4 and 0 < rank < 4:
+        return v.reshape((1,) * (4 - rank) + v.shape).transpose(NCHW_TO_NHWC)
+    if out_rank != 4 and rank == 4:
+        return v.transpose(NHWC_TO_NCHW)
+    return v
+
+
+def _out_of(g: np.ndarray, rank: int, out_rank: int, shape: tuple) -> np.ndarray:
+    """``_into`` in reverse for a gradient already summed to the operand's broadcast shape; ``shape``: the
+    operand's own (engine layout)."""
+    if out_rank == 4 and 0 < rank < 4:
+        return g.transpose(NHWC_TO_NCHW).reshape(shape)
+    if out_rank != 4 and rank == 4:
+        return from_onnx(g)
+    return g
+
+
 class Binary(GraphOp):
     """Add, Sub, Mul or Div with numpy broadcasting. An operand is a computed tensor, a trainable
-    ``Param`` (a non-scalar constant) or a fixed constant, already in the engine's layout.
-    Keeps both operands for Mul and Div."""
+    ``Param`` (a non-scalar constant) or a fixed constant, the last two already in the output's engine layout;
+    ``ranks``: the computed operands' ONNX ranks (``_into`` where one differs from the output's). Keeps both
+    operands for Mul and Div."""
 
-    def __init__(self, name, op: str, operands: list, output: str) -> None:
+    def __init__(self, name, op: str, operands: list, output: str, ranks: list | None = None,
+                 out_rank: int | None = None) -> None:
         super().__init__(name, [o for o in operands if isinstance(o, str)], output)
         self.op, self.operands = op, operands
+        self.ranks, self.out_rank = ranks or [None] * len(operands), out_rank
 
     def params(self):
         return [o for o in self.operands if isinstance(o, Param)]
 
     def forward(self, xs, training):
         it = iter(xs)
-        vals = [next(it) if isinstance(o, str) else o.data if isinstance(o, Param) else o for o in self.operands]
+        vals = [_into(next(it), r, self.out_rank) if isinstance(o, str) else o.data if isinstance(o, Param) else o
+                for o, r in zip(self.operands, self.ranks)]
+        self.own = [np.shape(x) for x in xs]
         a, b = vals
         self.a, self.b = (a, b) if self.op in ("Mul", "Div") else (None, None)
         self.shapes = [np.shape(a), np.shape(b)]
@@ -141,11 +167,12 @@ class Binary(GraphOp):
         else:
             grads = [dy / b, -dy * a / (b * b)]
         out = []
-        for o, g, shape in zip(self.operands, grads, self.shapes):
+        own = iter(self.own)
+        for o, g, shape, rank in zip(self.operands, grads, self.shapes, self.ranks):
             if isinstance(o, Param):
                 o.grad[...] = unbroadcast(g, shape)
             elif isinstance(o, str):
-                out.append(unbroadcast(g, shape))
+                out.append(_out_of(unbroadcast(g, shape), rank, self.out_rank, next(own)))
         return out
 
 

@@ -99,14 +99,18 @@ def test_einsum_with_a_constant_weight_matches_finite_differences():
 
 class GridAttention(nn.Module):
     """torchvision MaxViT's ``RelativePositionalMultiHeadAttention`` in small: the feature map split into windows
-    ``[N, windows, tokens, D]``, heads as a fifth axis, scores and values by Einsum, a relative-position bias."""
+    ``[N, windows, tokens, D]``, heads as a fifth axis, scores and values by Einsum, a relative-position bias
+    gathered from a table by a constant index into ``[1, heads, t, t]`` (a computed image-shaped tensor added to
+    rank-5 scores)."""
 
     def __init__(self, dim: int = 8, heads: int = 2, window: int = 2) -> None:
         super().__init__()
         self.heads, self.window, self.scale = heads, window, (dim // heads) ** -0.5
         self.stem = nn.Conv2d(3, dim, 3, padding=1)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.bias = nn.Parameter(torch.randn(heads, window * window, window * window) * 0.1)
+        t = window * window
+        self.table = nn.Parameter(torch.randn(2 * t, heads) * 0.1)
+        self.register_buffer("index", torch.arange(t * t) % (2 * t))
         self.head = nn.Linear(dim, 4)
 
     def forward(self, x):
@@ -116,7 +120,8 @@ class GridAttention(nn.Module):
         x = x.reshape(n, d, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1).reshape(n, (h // p) * (w // p), p * p, d)
         b, g, t, _ = x.shape
         q, k, v = self.qkv(x).reshape(b, g, t, self.heads, 3 * d // self.heads).permute(0, 1, 3, 2, 4).chunk(3, -1)
-        scores = torch.einsum("bghid,bghjd->bghij", q * self.scale, k) + self.bias
+        bias = self.table[self.index].reshape(t, t, self.heads).permute(2, 0, 1).unsqueeze(0)
+        scores = torch.einsum("bghid,bghjd->bghij", q * self.scale, k) + bias
         out = torch.einsum("bghij,bghjd->bghid", torch.softmax(scores, dim=-1), v)
         x = x + self.proj(out.permute(0, 1, 3, 2, 4).reshape(b, g, t, d))
         return self.head(x.mean((1, 2)))
