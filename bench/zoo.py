@@ -53,8 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SIZES = (64, 96, 128, 160, 224, 299)  # tried in order after --size until torch runs the model
-TIMM_MODELS = ("resnet10t", "efficientnet_b0", "mobilenetv3_small_050", "convnext_atto", "vit_tiny_patch16_224",
-               "deit_tiny_patch16_224", "ghostnet_100", "mobilevitv2_050")
+TIMM_MODELS = ("resnet10t", "resnet26d", "efficientnet_b0", "efficientnet_b0_gn", "mobilenetv3_small_050",
+               "mobilenetv3_large_100", "convnext_atto", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "ghostnet_100",
+               "mobilevitv2_050")
 EXTRA_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True}, "googlenet": {"aux_logits": False,
                                                                                             "init_weights": True}}
 RTOL = 1e-10
@@ -365,6 +366,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated torchvision names (default: every classification model)")
     ap.add_argument("--timm", action="store_true", help="also a short list of timm models, when timm is installed")
+    ap.add_argument("--timm-only", action="store_true", help="the timm models only")
     ap.add_argument("--size", type=int, default=64, help="image size, where the model takes it (default 64)")
     ap.add_argument("--batch", type=int, default=4, help="batch of the training updates and step time")
     ap.add_argument("--classes", type=int, default=10, help="classes of each classifier")
@@ -387,9 +389,9 @@ def main() -> None:
         return
     import torchvision
 
-    names = [(n, False) for n in (args.models.split(",") if args.models
-                                  else torchvision.models.list_models(module=torchvision.models))]
-    if args.timm:
+    names = [] if args.timm_only else [(n, False) for n in (args.models.split(",") if args.models else
+                                                            torchvision.models.list_models(module=torchvision.models))]
+    if args.timm or args.timm_only:
         if importlib.util.find_spec("timm") is None:
             print("timm is not installed: torchvision's models only", file=sys.stderr)
         else:
