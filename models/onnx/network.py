@@ -275,8 +275,12 @@ class _Builder(PoolNormAttention, TensorBuilders):
         if new:  # a new classifier for the dataset's classes: torch's nn.Linear init
             cout, bound = self.num_classes, 1.0 / math.sqrt(cin)
             weight = self.init_rng.uniform(-bound, bound, (cout, cin))
+        source = n.inputs[1]
+        if not trans and source in self.g.transposed:  # torch's Linear without bias: MatMul(x, Transpose(W))
+            source, perm = self.g.transposed[source]
+            back = lambda v, inv=tuple(np.argsort(perm)): v.T.transpose(inv)  # noqa: E731
         layer = Dense(n.name, n.name, cin, cout, bias is not None, self.dtype)
-        layer.weight = self.param(n, n.inputs[1], weight, "weight", back)
+        layer.weight = self.param(n, source, weight, "weight", back)
         if bias is not None:
             b = self.init_rng.uniform(-bound, bound, cout) if new else self.const(bias)
             layer.bias = self.param(n, bias, b, "bias")

@@ -99,3 +99,21 @@ class OldSoftmax(nn.Module):
 def test_opset_11_softmax_trains_as_torchs_in_float64():
     torch.manual_seed(0)
     assert_step_equals_torch(OldSoftmax(), (2, 2, 4, 5), opset=11)
+
+
+class NoBiasHead(nn.Module):
+    """A classifier head without bias on [N, features]: torch exports MatMul(x, Transpose(weight))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = nn.Linear(6, 4, bias=False)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean((2, 3)))
+
+
+def test_a_linear_without_bias_trains_as_torchs_under_torchs_name():
+    torch.manual_seed(0)
+    model = assert_step_equals_torch(NoBiasHead(), (2, 3, 4, 4))
+    assert {s.initializer for s in model.sites} == {"conv.weight", "conv.bias", "fc.weight"}
