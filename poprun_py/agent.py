@@ -287,10 +287,13 @@ class Agent:
         kill_all_descendants(spare=(self._sweeper[0],) if self._sweeper else ())
 
     def finish(self) -> None:
-        """Stop everything left, dismiss the sweeper (as a subreaper, this agent's tree holds every
-        descendant, so the kill above found them all) and reap it."""
+        """Stop everything left, remove the working folder, then dismiss the sweeper (as a subreaper,
+        this agent's tree holds every descendant, so the kill above found them all) and reap it. In
+        that order: MPICH may SIGKILL an agent at any moment once another rank ended abnormally, and
+        until the sweeper is dismissed it removes the folder itself if this agent dies."""
         self._fence.cancel()
         self.kill_tree()
+        _cleanup(self._tmpdir)
         if self._sweeper is not None:
             pid, fd = self._sweeper
             self._sweeper = None
@@ -431,7 +434,6 @@ def main(argv: list[str] | None = None) -> int:
         return agent.run()
     finally:
         agent.finish()
-        _cleanup(agent._tmpdir)
 
 
 def _cleanup(path: str) -> None:
