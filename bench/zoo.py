@@ -19,7 +19,10 @@ folding (opset 17; opset 20 where the graph has torch's exact GELU as Erf), and 
   value (or to 1e-4 of the model's largest gradient, where a gradient cancels to almost nothing, as a conv's
   bias before a batch norm, whose exact gradient is 0 and whose float64 one is rounding noise); dropout and
   stochastic depth are set to 0 for this export only (their masks are not torch's draws), and weights
-  initialised to zero (ViT's head) are drawn small and random, so that the gradients behind them are not all zero;
+  initialised to zero (ViT's head) are drawn small and random, so that the gradients behind them are not all zero.
+  Where a network's float64 gradients cancel over many orders of magnitude, torch does not agree with itself to
+  1e-10 either: torch's step runs in its default layout and channels-last, and a difference within 10 times
+  theirs also counts as equal, with both figures shown (Inception-v3: gradients near 1e7 at 96 px);
 * step ms: the median float32 training step (forward, loss, backward) of ``--steps``, on ``--threads``;
 * torch ms: torch's median float32 training step of the same network and batch on the same threads, channels-last;
 * first blocker: the first line of ``poprun-ipu check`` (or the error of the stage that failed).
@@ -59,6 +62,7 @@ TIMM_MODELS = ("resnet10t", "resnet26d", "efficientnet_b0", "efficientnet_b0_gn"
 EXTRA_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True}, "googlenet": {"aux_logits": False,
                                                                                             "init_weights": True}}
 RTOL = 1e-10
+NOISE_FACTOR = 10  # beyond RTOL, equal when within this many times torch's own float64 spread between two layouts
 HEADER = ("| model | exported | predicts | trains | gradients equal | step ms | torch ms | first blocker |\n"
           "| --- | --- | --- | --- | --- | --- | --- | --- |")
 COLUMNS = ("exported", "predicts", "trains", "gradients equal", "step ms", "torch ms", "first blocker")
@@ -172,8 +176,16 @@ def no_zero_weights(net) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
 
 
-def gradients(net, data: bytes, shape) -> tuple[float, str]:
-    """The largest relative difference of one float64 step from torch's, and where."""
+def _rel(got, want, floor: float) -> float:
+    import numpy as np
+
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), floor, 1e-300))
+
+
+def gradients(net, data: bytes, shape) -> tuple[float, str, float]:
+    """The largest relative difference of one float64 step from torch's, where, and torch's own: the largest
+    difference between torch's float64 step in its default layout and channels-last (the rounding noise of the
+    problem itself; a network whose gradients cancel by many orders of magnitude shows it)."""
     import numpy as np
     import onnx
     import torch
@@ -187,26 +199,33 @@ def gradients(net, data: bytes, shape) -> tuple[float, str]:
     logits = model.forward(x.transpose(0, 2, 3, 1).copy(), training=True)
     dlogits = rng.standard_normal(logits.shape)
     model.backward(dlogits, need_dx=False)
-    net = net.double().train()
-    ref = net(torch.from_numpy(x.copy()))
-    net.zero_grad()
-    ref.backward(torch.from_numpy(dlogits))
-    theirs = {k: p.grad.numpy() for k, p in net.named_parameters() if p.grad is not None}
+    net = net.double().train().to(memory_format=torch.contiguous_format)
+
+    def step(fmt):
+        net.to(memory_format=fmt)
+        net.zero_grad()
+        out = net(torch.from_numpy(x.copy()).to(memory_format=fmt))
+        out.backward(torch.from_numpy(dlogits))
+        return out.detach().numpy(), {k: p.grad.numpy().copy() for k, p in net.named_parameters() if p.grad is not None}
+
+    ref_cl, theirs_cl = step(torch.channels_last)
+    ref, theirs = step(torch.contiguous_format)
     floor = 1e-4 * max((float(np.abs(g).max()) for g in theirs.values()), default=0.0)
-    worst = float(np.abs(logits - ref.detach().numpy()).max() / max(np.abs(ref.detach().numpy()).max(), 1e-300))
+    own = max([_rel(ref_cl, ref, 0.0)] + [_rel(theirs_cl[k], g, floor) for k, g in theirs.items()])
+    worst = _rel(logits, ref, 0.0)
     where = "logits"
     for site in model.sites:
         want = theirs.get(site.initializer)
         if want is None:
-            return math.inf, f"{site.initializer} is no torch parameter"
+            return math.inf, f"{site.initializer} is no torch parameter", own
         got = site.to_onnx(site.param.grad).reshape(want.shape)
-        rel = float(np.abs(got - want).max() / max(np.abs(want).max(), floor, 1e-300))
+        rel = _rel(got, want, floor)
         if rel > worst:
             worst, where = rel, site.initializer
     missing = sorted(set(theirs) - {s.initializer for s in model.sites})
     if missing:
-        return math.inf, f"torch parameters not in the graph: {', '.join(missing[:3])}"
-    return worst, where
+        return math.inf, f"torch parameters not in the graph: {', '.join(missing[:3])}", own
+    return worst, where, own
 
 
 def train(data: bytes, batch: int, updates: int, steps: int) -> tuple[str, float]:
@@ -299,8 +318,13 @@ def row(name: str, timm_model: bool, args) -> str:
         no_randomness(net)
         no_zero_weights(net)
         exact = export(net.float(), size, 2, opset)
-        worst, where = gradients(net, exact, (2, 3, size, size))
-        cells["gradients equal"] = (f"yes ({worst:.0e})" if worst <= RTOL else f"no ({worst:.1e} at {where})")
+        worst, where, own = gradients(net, exact, (2, 3, size, size))
+        if worst <= RTOL:
+            cells["gradients equal"] = f"yes ({worst:.0e})"
+        elif worst <= NOISE_FACTOR * own:
+            cells["gradients equal"] = f"yes ({worst:.0e} at {where}; torch's own two layouts: {own:.0e})"
+        else:
+            cells["gradients equal"] = f"no ({worst:.1e} at {where}; torch's own two layouts: {own:.0e})"
     except Exception as e:
         cells["gradients equal"] = f"no ({_line(e)})"
         if args.verbose:
