@@ -68,3 +68,33 @@ def test_private_dir_is_new_private_and_skips_a_name_taken(tmp_path):
     path = _private_dir(str(tmp_path), "poprun_x_")
     assert path == str(tmp_path / f"poprun_x_{os.getpid()}_1")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+
+
+def test_the_agent_removes_its_folder_before_dismissing_its_sweeper(tmp_path, monkeypatch):
+    """MPICH may SIGKILL an agent at any moment once another rank failed: until the sweeper is told the tree is
+    clean, it removes the folder itself, so the agent must have removed it by then."""
+    from poprun_py import agent as agent_module
+    from poprun_py import env as envc
+    from poprun_py.agent_spec import AgentSpec
+    from poprun_py.config import validate_config
+    from poprun_py.processes import start_sweeper
+    from poprun_py.topology import assign_instances
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    config = validate_config(program=("true",), num_instances=1, num_replicas=1)
+    spec = AgentSpec.for_job(config, "run", tuple(assign_instances(config)))
+    agent = agent_module.Agent(spec, spec.instances[0], ["true"])
+    assert os.path.isdir(agent._tmpdir)
+    agent._sweeper = start_sweeper(envc.JOB_TOKEN, agent._token, workdir=agent._tmpdir)
+    seen = []
+    write = os.write
+
+    def recording_write(fd, data):
+        if data == b"x":
+            seen.append(os.path.exists(agent._tmpdir))
+        return write(fd, data)
+
+    monkeypatch.setattr(agent_module.os, "write", recording_write)
+    agent.finish()
+    assert seen == [False]
+    assert not os.listdir(tmp_path)
