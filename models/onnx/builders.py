@@ -123,23 +123,33 @@ class PoolNormAttention:
         consts = [self.const(t) for t in n.inputs[:2]]
         if consts[1] is not None and consts[0] is None and len(n.input_shapes[0]) == 2 and consts[1].ndim == 2:
             return self.dense(n)
-        if all(c is not None for c in consts):
+        if all(c is not None and not self.g.learned(t) for t, c in zip(n.inputs, consts)):
             raise self.fail(n, "a product of two constants (fold it before exporting)")
-        return MatMul(n.name, [t if c is None else self._weight(n, t, c) for t, c in zip(n.inputs, consts)],
-                      n.outputs[0])
+        if all(c is not None for c in consts):  # torch's Linear on a buffer: the input is fixed, the weight learns
+            return MatMul(n.name, [np.asarray(consts[0], self.dtype), self._operand(n, n.inputs[1], consts[1])],
+                          n.outputs[0])
+        return MatMul(n.name, [self._operand(n, t, c) for t, c in zip(n.inputs, consts)], n.outputs[0])
+
+    def _operand(self, n: Node, t: str, value: np.ndarray | None):
+        """A computed tensor by name, a constant the file learns as a trainable weight, or a fixed array (a
+        buffer: Swin-V2's relative coordinates table, which its position MLP multiplies by a weight)."""
+        if value is None:
+            return t
+        if self.g.learned(t):
+            return self._weight(n, t, value)
+        return np.asarray(value, self.dtype)
 
     def einsum(self, n: Node) -> GraphOp:
         """numpy's einsum of the operands, a constant one a trainable weight (kept in ONNX's layout)."""
         consts = [self.const(t) for t in n.inputs]
-        if all(c is not None for c in consts):
+        if all(c is not None and not self.g.learned(t) for t, c in zip(n.inputs, consts)):
             raise self.fail(n, "an Einsum of constants only (fold it before exporting)")
         try:
             terms, out = einsum_terms(n.attrs["equation"], [len(s) for s in n.input_shapes])
             letter_sizes(terms, n.input_shapes)
         except ValueError as err:
             raise self.fail(n, str(err)) from None
-        return Einsum(n.name, [t if c is None else self._weight(n, t, c) for t, c in zip(n.inputs, consts)],
-                      n.outputs[0], terms, out)
+        return Einsum(n.name, [self._operand(n, t, c) for t, c in zip(n.inputs, consts)], n.outputs[0], terms, out)
 
     def _weight(self, n: Node, t: str, value: np.ndarray, kind: str = "weight"):
         """A constant operand as a trainable weight, named (and written back) as the file's initializer it

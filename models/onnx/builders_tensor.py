@@ -12,7 +12,7 @@ import numpy as np
 from models.onnx.ir import Node
 from models.onnx.op_table import OPS
 from models.onnx.ops import GraphOp, Move
-from models.onnx.ops_tensor import Expand, Gather, Pad, Power, ReduceMean, Slice, Source
+from models.onnx.ops_tensor import Expand, Gather, Pad, Power, ReduceL2, ReduceMean, ScatterND, Slice, Source
 
 BATCH_WHOLE = "the batch's axis must stay whole (each sample is its own)"
 
@@ -117,6 +117,22 @@ class TensorBuilders:
         if rank == 4 and axes == (2, 3):
             return self.global_pool(n)
         return ReduceMean(n.name, n.inputs[:1], n.outputs[0], axes, bool(n.attrs.get("keepdims", 1)))
+
+    def reduce_l2(self, n: Node) -> GraphOp:
+        """The Euclidean norm over the axes (every axis but the batch's when none are given)."""
+        rank = len(n.input_shapes[0])
+        axes = n.attrs.get("axes")
+        if not axes and self.batch_at(n.inputs[0]) is not None:
+            raise self.fail(n, f"the norm over every axis: {BATCH_WHOLE}")
+        axes = tuple(sorted({self._axis(n, int(a), rank) for a in (axes or range(rank))}))
+        return ReduceL2(n.name, n.inputs[:1], n.outputs[0], axes, bool(n.attrs.get("keepdims", 1)))
+
+    def scatter_nd(self, n: Node) -> GraphOp:
+        indices, updates = self.const(n.inputs[1]), self.const(n.inputs[2])
+        if indices is None or updates is None or n.attrs.get("reduction", "none") != "none":
+            raise self.fail(n, "constant indices and updates, reduction none")
+        return ScatterND(n.name, n.inputs[:1], n.outputs[0], indices,
+                         np.asarray(updates, self.dtype if np.issubdtype(updates.dtype, np.floating) else None))
 
     def power(self, n: Node) -> GraphOp:
         p = 0.5 if n.op == "Sqrt" else -1.0 if n.op == "Reciprocal" else self.const(n.inputs[1])

@@ -58,7 +58,8 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Conv", "conv", "Conv2d", "2-D, grouped or depthwise, dilated (on the im2col path)"),
     OpRule("Gemm", "dense", "Dense", "a constant weight; no transA, alpha = beta = 1"),
     OpRule("MatMul", "dense", "MatMul", "a constant weight on [N, features] is a `Dense`; else numpy's matmul of "
-           "two computed tensors or one and a constant weight, batch dimensions broadcast"),
+           "two computed tensors or one and a constant weight, batch dimensions broadcast; of two constants, the "
+           "first is fixed (a buffer: Swin-V2's coordinates table) and the second a weight"),
     OpRule("Einsum", "einsum", "Einsum", "any number of operands (computed, or constant weights), explicit or "
            "implicit output, `...`; no letter twice in one operand (diagonals, traces), no size-1 axis broadcast "
            "against a longer one"),
@@ -77,6 +78,7 @@ RULES: tuple[OpRule, ...] = (
     OpRule("HardSigmoid", "activation", "Unary", cost_as="swish"),
     OpRule("HardSwish", "activation", "Unary", cost_as="swish", pattern="also Mul(x, HardSigmoid(x; 1/6, 1/2))"),
     OpRule("Tanh", "activation", "Unary", cost_as="swish"),
+    OpRule("Exp", "activation", "Unary", cost_as="swish"),
     OpRule("Gelu", "activation", "Unary", "exact (erf) or approximate=\"tanh\"", cost_as="swish"),
     OpRule("Add", "binary", "Binary"),
     OpRule("Sub", "binary", "Binary"),
@@ -90,6 +92,7 @@ RULES: tuple[OpRule, ...] = (
     OpRule("GlobalAveragePool", "global_pool", "GlobalAvgPool"),
     OpRule("ReduceMean", "global_pool", "ReduceMean", "any axes but the batch's, keepdims 0 or 1; over H and W of "
            "an image batch the engine's `GlobalAvgPool`"),
+    OpRule("ReduceL2", "global_pool", "ReduceL2", "any axes but the batch's, keepdims 0 or 1 (torch's normalize)"),
     OpRule("Softmax", "softmax", "Softmax", "any axis"),
     OpRule("Dropout", "dropout", "Dropout"),
     OpRule("DropPath", "drop_path", "DropPath", pattern="torch's stochastic depth (RandomUniformLike, Less, Cast, Div, Mul)"),
@@ -105,6 +108,8 @@ RULES: tuple[OpRule, ...] = (
     OpRule("Gather", "movement", "Gather", "of a computed tensor or a parameter (Swin's relative position bias "
            "table): constant indices, on any axis but the batch's"),
     OpRule("Split", "movement", "Split", "any axis but the batch's (one `Slice` per output)"),
+    OpRule("ScatterND", "movement", "ScatterND", "of a tensor without the batch (Swin-V2's qkv bias, a parameter): "
+           "constant indices and updates, reduction none"),
     OpRule("Pad", "movement", "Pad", "constant mode, constant pads (none negative, none on the batch's axis)"),
     OpRule("Expand", "movement", "Expand", "a constant shape; of a parameter (ViT's class token): broadcast to the "
            "actual batch on the one axis broadcast to the traced batch, its gradient summed"),
@@ -126,7 +131,7 @@ DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
 BATCH_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 SAMPLE_LAYERS = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool")
 SAME_BATCH_LAYERS = ("Activation", "Unary", "Dropout", "Power", "Move", "Slice", "Split", "Pad", "Softmax", "LayerNorm",
-                     "DropPath", "ReduceMean")
+                     "DropPath", "ReduceMean", "ReduceL2")
 
 
 # What makes an ONNX op that nothing here reads work (an export option), for the error that names it

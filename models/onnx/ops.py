@@ -180,7 +180,7 @@ _GELU_C = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi), as to
 
 
 class Unary(GraphOp):
-    """Clip, Tanh, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh its output; Gelu its
+    """Clip, Tanh, Exp, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh and Exp their output; Gelu its
     Phi(x), exact, or tanh(u), approximate="tanh"). Clip passes the gradient strictly inside (min, max), as
     torch's ReLU6/hardtanh. Gelu is ONNX's (opset 20) and torch's: x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2))
     / 2 = erfc(-x / sqrt 2) / 2, or x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2; its erfc is
@@ -212,8 +212,8 @@ class Unary(GraphOp):
             lo = -np.inf if self.lo is None else self.lo
             hi = np.inf if self.hi is None else self.hi
             return np.minimum(np.maximum(x, lo), hi)
-        if self.op == "Tanh":
-            self.y = np.tanh(x)
+        if self.op in ("Tanh", "Exp"):
+            self.y = np.tanh(x) if self.op == "Tanh" else np.exp(x)
             return self.y
         h = np.clip(self.alpha * x + self.beta, 0.0, 1.0)
         return h if self.op == "HardSigmoid" else x * h
@@ -229,6 +229,8 @@ class Unary(GraphOp):
             return [np.where(inside, dy, 0.0).astype(dy.dtype)]
         if self.op == "Tanh":
             return [dy * (1 - self.y * self.y)]
+        if self.op == "Exp":
+            return [dy * self.y]
         if self.op == "Gelu":
             if self.approximate == "tanh":  # d/dx: (1 + t) / 2 + x (1 - t^2) c (1 + 3 * 0.044715 x^2) / 2
                 t = self.t

@@ -53,9 +53,9 @@ def _t(a: np.ndarray) -> np.ndarray:
 
 
 class MatMul(GraphOp):
-    """numpy's ``matmul`` of two operands, each a computed tensor (by name) or a trainable ``Param`` (a constant
-    weight, kept in ONNX's layout), with batch broadcasting and 1-D operands as numpy has them. Keeps both
-    operands (in ONNX's layout)."""
+    """numpy's ``matmul`` of two operands, each a computed tensor (by name), a trainable ``Param`` (a constant
+    weight, kept in ONNX's layout) or a fixed array, with batch broadcasting and 1-D operands as numpy has them.
+    Keeps both operands (in ONNX's layout)."""
 
     def __init__(self, name, operands: list, output: str) -> None:
         super().__init__(name, [o for o in operands if isinstance(o, str)], output)
@@ -66,7 +66,8 @@ class MatMul(GraphOp):
 
     def forward(self, xs, training):
         it = iter(xs)
-        self.a, self.b = (to_onnx(next(it)) if isinstance(o, str) else o.data for o in self.operands)
+        self.a, self.b = (to_onnx(next(it)) if isinstance(o, str) else o.data if isinstance(o, Param) else o
+                          for o in self.operands)
         return from_onnx(np.matmul(self.a, self.b))
 
     def backward(self, dy):
@@ -81,6 +82,6 @@ class MatMul(GraphOp):
         for o, grad in zip(self.operands, grads):
             if isinstance(o, Param):
                 o.grad[...] = grad
-            else:
+            elif isinstance(o, str):
                 out.append(from_onnx(np.ascontiguousarray(grad)))
         return out

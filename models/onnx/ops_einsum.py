@@ -68,8 +68,8 @@ def einsum_macs(terms: list[str], out: str, shapes: list[tuple]) -> int:
 
 
 class Einsum(GraphOp):
-    """numpy's ``einsum`` of its operands, each a computed tensor (by name) or a trainable ``Param`` (a constant
-    weight, kept in ONNX's layout), in ONNX's layout (an image-shaped operand is transposed to it and the result
+    """numpy's ``einsum`` of its operands, each a computed tensor (by name), a trainable ``Param`` (a constant
+    weight, kept in ONNX's layout) or a fixed array, in ONNX's layout (an image-shaped operand is transposed to it and the result
     back). Keeps every operand (in ONNX's layout)."""
 
     def __init__(self, name, operands: list, output: str, terms: list[str], out: str) -> None:
@@ -81,13 +81,16 @@ class Einsum(GraphOp):
 
     def forward(self, xs, training):
         it = iter(xs)
-        self.values = [to_onnx(next(it)) if isinstance(o, str) else o.data for o in self.operands]
+        self.values = [to_onnx(next(it)) if isinstance(o, str) else o.data if isinstance(o, Param) else o
+                       for o in self.operands]
         return from_onnx(np.einsum(f"{','.join(self.terms)}->{self.out}", *self.values, optimize=True))
 
     def backward(self, dy):
         g = to_onnx(dy)
         out = []
         for i, (o, term) in enumerate(zip(self.operands, self.terms)):
+            if not isinstance(o, (str, Param)):
+                continue  # a fixed array: no gradient
             others = [(t, v) for j, (t, v) in enumerate(zip(self.terms, self.values)) if j != i]
             seen = set(self.out).union(*(t for t, _ in others))
             kept = "".join(c for c in term if c in seen)
@@ -98,6 +101,6 @@ class Einsum(GraphOp):
                                        self.values[i].shape)
             if isinstance(o, Param):
                 o.grad[...] = grad
-            else:
+            elif isinstance(o, str):
                 out.append(from_onnx(np.ascontiguousarray(grad)))
         return out

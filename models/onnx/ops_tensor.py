@@ -95,6 +95,50 @@ class ReduceMean(GraphOp):
         return [from_onnx(np.ascontiguousarray(np.broadcast_to(g / count, self.x_shape)))]
 
 
+class ReduceL2(GraphOp):
+    """The Euclidean norm over ``axes`` (ONNX's, never the batch's) in ONNX's layout, ``keepdims`` 0 or 1 (torch's
+    ``F.normalize``: ReduceL2, Clip, Expand, Div). Keeps the input and the norm; a zero norm passes no gradient,
+    as torch's."""
+
+    def __init__(self, name, inputs, output, axes: tuple[int, ...], keepdims: bool) -> None:
+        super().__init__(name, inputs, output)
+        self.axes, self.keepdims = tuple(sorted(axes)), keepdims
+
+    def forward(self, xs, training):
+        self.x = to_onnx(xs[0])
+        self.y = np.sqrt((self.x * self.x).sum(axis=self.axes, keepdims=True))
+        return from_onnx(np.ascontiguousarray(self.y if self.keepdims else self.y.squeeze(self.axes)))
+
+    def backward(self, dy):
+        g = to_onnx(dy)
+        if not self.keepdims:
+            g = np.expand_dims(g, self.axes)
+        scale = np.divide(g, self.y, out=np.zeros(np.broadcast_shapes(g.shape, self.y.shape), g.dtype),
+                          where=self.y != 0)
+        return [from_onnx(np.ascontiguousarray(self.x * scale))]
+
+
+class ScatterND(GraphOp):
+    """ONNX's ScatterND (reduction none) of a computed tensor by constant indices and updates, in ONNX's layout
+    (Swin-V2 zeroes the key's third of its qkv bias so). The written elements pass no gradient back. Keeps the
+    indices only."""
+
+    def __init__(self, name, inputs, output, indices: np.ndarray, updates: np.ndarray) -> None:
+        super().__init__(name, inputs, output)
+        self.where = tuple(np.moveaxis(np.asarray(indices, np.int64), -1, 0))
+        self.updates = updates
+
+    def forward(self, xs, training):
+        y = np.array(to_onnx(xs[0]))
+        y[self.where] = self.updates
+        return from_onnx(y)
+
+    def backward(self, dy):
+        g = np.array(to_onnx(dy))
+        g[self.where] = 0
+        return [from_onnx(g)]
+
+
 class Power(GraphOp):
     """``Pow(x, p)`` with a constant scalar exponent, ``Sqrt`` (p = 1/2) and ``Reciprocal`` (p = -1), element-wise;
     p = 2 and 3 are products (torch's ``pow`` for them too: x * x, x * x * x). Keeps the input."""
