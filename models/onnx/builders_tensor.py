@@ -105,8 +105,8 @@ class TensorBuilders:
         return ops
 
     def reduce_mean(self, n: Node) -> GraphOp:
-        """Over H and W of an image batch: the engine's ``GlobalAvgPool`` (as the built-in models); else numpy's
-        mean over the axes."""
+        """ReduceMean over H and W of an image batch: the engine's ``GlobalAvgPool`` (as the built-in models); else
+        numpy's mean (ReduceSum: sum) over the axes."""
         x = n.input_shapes[0]
         rank = len(x)
         axes = n.attrs.get("axes")
@@ -114,9 +114,10 @@ class TensorBuilders:
             raise self.fail(n, f"the mean over every axis: {BATCH_WHOLE}")
         axes = axes or range(rank)
         axes = tuple(sorted({self._axis(n, int(a), rank) for a in axes}))
-        if rank == 4 and axes == (2, 3):
+        if rank == 4 and axes == (2, 3) and n.op == "ReduceMean":
             return self.global_pool(n)
-        return ReduceMean(n.name, n.inputs[:1], n.outputs[0], axes, bool(n.attrs.get("keepdims", 1)))
+        return ReduceMean(n.name, n.inputs[:1], n.outputs[0], axes, bool(n.attrs.get("keepdims", 1)),
+                          total=n.op == "ReduceSum")
 
     def reduce_l2(self, n: Node) -> GraphOp:
         """The Euclidean norm over the axes (every axis but the batch's when none are given)."""

@@ -180,6 +180,7 @@ INPUTS_AS_ATTRIBUTES = {
     "Unsqueeze": {1: "axes"},
     "ReduceMean": {1: "axes"},
     "ReduceL2": {1: "axes"},
+    "ReduceSum": {1: "axes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
     "Reshape": {1: "shape"},
 }

@@ -332,7 +332,7 @@ class _Builder(PoolNormAttention, TensorBuilders):
                 "Dropout": "dropout", "DropPath": "drop_path", "Move": "move", "Softmax": "softmax",
                 "MatMul": "matmul", "ReduceMean": "reduce_mean", "Slice": "slice", "Gather": "gather",
                 "Split": "split", "Power": "power", "Pad": "pad", "Expand": "expand", "Einsum": "einsum",
-                "ReduceL2": "reduce_l2", "ScatterND": "scatter_nd"}
+                "ReduceL2": "reduce_l2", "ScatterND": "scatter_nd", "ReduceSum": "reduce_mean"}
     # layers whose builders read their constant inputs themselves (weights, scales, operands)
     CONSTANTS_READ = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "LayerNorm", "Binary", "MatMul", "Einsum")
 

@@ -92,6 +92,8 @@ RULES: tuple[OpRule, ...] = (
     OpRule("GlobalAveragePool", "global_pool", "GlobalAvgPool"),
     OpRule("ReduceMean", "global_pool", "ReduceMean", "any axes but the batch's, keepdims 0 or 1; over H and W of "
            "an image batch the engine's `GlobalAvgPool`"),
+    OpRule("ReduceSum", "global_pool", "ReduceSum", "any axes but the batch's, keepdims 0 or 1 (MobileViT-V2's "
+           "linear attention)"),
     OpRule("ReduceL2", "global_pool", "ReduceL2", "any axes but the batch's, keepdims 0 or 1 (torch's normalize)"),
     OpRule("Softmax", "softmax", "Softmax", "any axis"),
     OpRule("Dropout", "dropout", "Dropout"),
@@ -131,7 +133,7 @@ DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
 BATCH_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 SAMPLE_LAYERS = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool")
 SAME_BATCH_LAYERS = ("Activation", "Unary", "Dropout", "Power", "Move", "Slice", "Split", "Pad", "Softmax", "LayerNorm",
-                     "DropPath", "ReduceMean", "ReduceL2")
+                     "DropPath", "ReduceMean", "ReduceL2", "ReduceSum")
 
 
 # What makes an ONNX op that nothing here reads work (an export option), for the error that names it

@@ -75,23 +75,24 @@ class Gather(GraphOp):
 
 
 class ReduceMean(GraphOp):
-    """The mean over ``axes`` (ONNX's, never the batch's) in ONNX's layout, ``keepdims`` 0 or 1. Keeps the input's
-    shape."""
+    """The mean (or with ``total``, the sum: ReduceSum) over ``axes`` (ONNX's, never the batch's) in ONNX's layout,
+    ``keepdims`` 0 or 1. Keeps the input's shape."""
 
-    def __init__(self, name, inputs, output, axes: tuple[int, ...], keepdims: bool) -> None:
+    def __init__(self, name, inputs, output, axes: tuple[int, ...], keepdims: bool, total: bool = False) -> None:
         super().__init__(name, inputs, output)
-        self.axes, self.keepdims = tuple(sorted(axes)), keepdims
+        self.axes, self.keepdims, self.total = tuple(sorted(axes)), keepdims, total
 
     def forward(self, xs, training):
         x = to_onnx(xs[0])
         self.x_shape = x.shape
-        return from_onnx(np.ascontiguousarray(x.mean(axis=self.axes, keepdims=self.keepdims)))
+        reduce = x.sum if self.total else x.mean
+        return from_onnx(np.ascontiguousarray(reduce(axis=self.axes, keepdims=self.keepdims)))
 
     def backward(self, dy):
         g = to_onnx(dy)
         if not self.keepdims:
             g = np.expand_dims(g, self.axes)
-        count = int(np.prod([self.x_shape[a] for a in self.axes]))
+        count = 1 if self.total else int(np.prod([self.x_shape[a] for a in self.axes]))
         return [from_onnx(np.ascontiguousarray(np.broadcast_to(g / count, self.x_shape)))]
 
 
