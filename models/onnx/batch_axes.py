@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from models.onnx.ir import Graph, Node
-from models.onnx.op_table import BATCH_RESHAPES, OPS, SAME_BATCH_LAYERS, SAMPLE_LAYERS, ops_of
+from models.onnx.op_table import BATCH_RESHAPES, OPS, REDUCTIONS, SAME_BATCH_LAYERS, SAMPLE_LAYERS, ops_of
 from models.onnx.ops_einsum import einsum_terms
 
 
@@ -179,7 +179,7 @@ def _follow(n: Node, ins: list, batch: int) -> list:
     if n.op == "Gather":
         k = len(n.output_shapes[0]) - len(x) + 1  # the indices' rank
         return [b if b.axis < axes[0] else b.moved(b.axis + k - 1)]
-    if n.op in ("ReduceMean", "ReduceL2", "ReduceSum") and not a.get("keepdims", 1):
+    if n.op in REDUCTIONS and not a.get("keepdims", 1):
         return [b.moved(b.axis - sum(1 for ax in axes if ax < b.axis))]
     if layer in SAME_BATCH_LAYERS:
         return [b] * len(n.outputs)
@@ -191,7 +191,7 @@ def _reduced_axes(n: Node, rank: int) -> tuple:
     a = n.attrs
     if n.op in ("Gather", "Split"):
         return (int(a.get("axis", 0)) % rank,)
-    if n.op in ("ReduceMean", "ReduceL2", "ReduceSum"):
+    if n.op in REDUCTIONS:
         return tuple(sorted(int(x) % rank for x in a.get("axes") or range(rank)))
     if n.op == "Softmax":
         axis = int(a.get("axis", -1)) % rank

@@ -131,6 +131,7 @@ DROP_PATH_PARTS = ("RandomUniformLike", "Less", "Cast")
 # per-sample layers take it on axis 0; these layers keep it on its axis (element-wise ops, and the ops that index,
 # norm or reduce other axes, which batch_axes checks)
 BATCH_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceL2")  # over attribute axes, keepdims 0 or 1
 SAMPLE_LAYERS = ("Conv2d", "Dense", "BatchNorm2d", "GroupNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool")
 SAME_BATCH_LAYERS = ("Activation", "Unary", "Dropout", "Power", "Move", "Slice", "Split", "Pad", "Softmax", "LayerNorm",
                      "DropPath", "ReduceMean", "ReduceL2", "ReduceSum")
