@@ -8,6 +8,8 @@
 2. Failure teardown: instance 2 raises while the others wait in an all-reduce; the time from the
    raise until the launcher has exited. Baseline: mpiexec running ``python -m mpi4py`` (which
    calls MPI_Abort on an uncaught exception), the usual fix for MPI jobs that hang on a failure.
+   MPI_Abort leaves MPICH's shared-memory files in /dev/shm: the benchmark counts and removes those
+   of each side (poprun_py's agents remove their programs' own).
 Prints medians and ratios.
 """
 
@@ -58,15 +60,39 @@ def teardown_seconds(argv: list[str], stamp: str, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _mpich_segments() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("mpich")}
+    except OSError:
+        return set()
+
+
+def _remove_new(before: set[str]) -> int:
+    new = _mpich_segments() - before
+    for name in new:
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+        except OSError:
+            pass
+    return len(new)
+
+
 def teardown(instances: int, repeats: int) -> None:
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     script, stamp = os.path.join(ROOT, "bench", "failing.py"), os.path.join(ROOT, "bench", "failing.stamp")
     with open(script, "w") as f:
         f.write(FAILING)
     n = str(instances)
-    base = teardown_seconds([mpiexec, "-n", n, sys.executable, "-m", "mpi4py", script, stamp], stamp, repeats)
+    before = _mpich_segments()
+    try:
+        base = teardown_seconds([mpiexec, "-n", n, sys.executable, "-m", "mpi4py", script, stamp], stamp, repeats)
+    finally:  # MPI_Abort never reaches MPI_Finalize: the baseline leaves MPICH's shared-memory files behind
+        left_by_base = _remove_new(before)
+    before = _mpich_segments()
     ours = teardown_seconds([sys.executable, "-m", "poprun_py", "--num-instances", n, "--num-replicas", n,
                              "python", script, stamp], stamp, repeats)
+    left_by_ours = _remove_new(before)
+    print(f"\nMPICH files left in /dev/shm (removed here): {left_by_base} by the baseline, {left_by_ours} by poprun_py")
     print(f"\nfailure teardown, {instances} instances (raise -> launcher exited), median of {repeats}")
     print(f"{'launch':<34} {'seconds':>8} {'vs baseline':>12}")
     print(f"{'mpiexec + python -m mpi4py':<34} {base:8.3f} {1.0:11.2f}x")
