@@ -390,7 +390,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated torchvision names (default: every classification model)")
     ap.add_argument("--timm", action="store_true", help="also a short list of timm models, when timm is installed")
-    ap.add_argument("--timm-only", action="store_true", help="the timm models only")
+    ap.add_argument("--timm-only", action="store_true", help="the timm models only (those of --models, if given)")
     ap.add_argument("--size", type=int, default=64, help="image size, where the model takes it (default 64)")
     ap.add_argument("--batch", type=int, default=4, help="batch of the training updates and step time")
     ap.add_argument("--classes", type=int, default=10, help="classes of each classifier")
@@ -419,7 +419,8 @@ def main() -> None:
         if importlib.util.find_spec("timm") is None:
             print("timm is not installed: torchvision's models only", file=sys.stderr)
         else:
-            names += [(n, True) for n in TIMM_MODELS]
+            names += [(n, True) for n in TIMM_MODELS if not (args.timm_only and args.models)
+                      or n in args.models.split(",")]
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}; {args.size}px where the model takes "
           f"it, batch {args.batch}, {args.classes} classes, {args.threads} thread(s), {args.timeout} s per model"
           + (f", constructor arguments {args.kwargs}" if args.kwargs else ""))
