@@ -27,6 +27,28 @@ class OpLayer:
         return self.op.params()
 
 
+class Operands:
+    """A graph op of several computed inputs as a one-input layer for ``gradcheck.check_layer``: the input is every
+    operand (engine layout) flattened one after another, in ``shapes``."""
+
+    def __init__(self, op, *shapes) -> None:
+        self.op, self.shapes = op, shapes
+
+    def forward(self, x, training):
+        parts, at = [], 0
+        for s in self.shapes:
+            n = int(np.prod(s))
+            parts.append(x[at:at + n].reshape(s))
+            at += n
+        return self.op.forward(parts, training)
+
+    def backward(self, dy):
+        return np.concatenate([g.reshape(-1) for g in self.op.backward(dy)])
+
+    def params(self):
+        return self.op.params()
+
+
 def graph_ops(model) -> list:
     """The graph model's ops, in order."""
     return [op for block in model._blocks for op in block.ops]

@@ -11,7 +11,7 @@ import pytest
 from models.onnx.ops_attention import MatMul, Softmax
 from models.param import Param
 from tests.models.gradcheck import check_layer
-from tests.models.onnx_parity import OpLayer, assert_step_equals_torch, graph_ops
+from tests.models.onnx_parity import OpLayer, Operands, assert_step_equals_torch, graph_ops
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -23,30 +23,13 @@ def test_softmax_backward_matches_finite_differences(axis, rank, flatten):
     check_layer(OpLayer(Softmax("s", ["x"], "y", axis, rank, flatten)), x, samples=30, rtol=1e-6)
 
 
-class _Pair:
-    """A two-input op as a one-input layer: the input is both operands, flattened one after the other."""
-
-    def __init__(self, op, a_shape, b_shape) -> None:
-        self.op, self.shapes = op, (a_shape, b_shape)
-
-    def forward(self, x, training):
-        n = int(np.prod(self.shapes[0]))
-        return self.op.forward([x[:n].reshape(self.shapes[0]), x[n:].reshape(self.shapes[1])], training)
-
-    def backward(self, dy):
-        return np.concatenate([g.reshape(-1) for g in self.op.backward(dy)])
-
-    def params(self):
-        return []
-
-
 @pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 4), (1, 4, 5)), ((2, 1, 3, 4), (3, 4, 2)), ((4,), (2, 4, 3)),
                                              ((2, 3, 4), (4,)), ((2, 3, 5, 4), (2, 3, 4, 5))])
 def test_matmul_of_two_computed_tensors_matches_finite_differences(a_shape, b_shape):
     """Batch axes broadcast, vectors promoted as numpy does, rank 4 (ONNX's shapes; NHWC inside)."""
     a_shape, b_shape = (tuple(s[i] for i in (0, 2, 3, 1)) if len(s) == 4 else s for s in (a_shape, b_shape))
     x = np.random.default_rng(1).standard_normal(int(np.prod(a_shape)) + int(np.prod(b_shape)))
-    check_layer(_Pair(MatMul("m", ["a", "b"], "y"), a_shape, b_shape), x, samples=40, rtol=1e-6)
+    check_layer(Operands(MatMul("m", ["a", "b"], "y"), a_shape, b_shape), x, samples=40, rtol=1e-6)
 
 
 def test_matmul_by_a_constant_weight_matches_finite_differences():

@@ -12,7 +12,7 @@ import pytest
 from models.onnx.ops_einsum import Einsum, einsum_macs, einsum_terms, letter_sizes
 from models.param import Param
 from tests.models.gradcheck import check_layer
-from tests.models.onnx_parity import assert_step_equals_torch, graph_ops
+from tests.models.onnx_parity import Operands, assert_step_equals_torch, graph_ops
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -48,28 +48,6 @@ def test_letter_sizes_refuse_a_broadcast_size_one_axis():
         letter_sizes(["aij", "ajk"], [(1, 2, 3), (4, 3, 2)])
 
 
-class _Operands:
-    """An Einsum of computed operands as a one-input layer: the input is every operand, flattened one after another
-    (engine layout: an image-shaped operand NHWC)."""
-
-    def __init__(self, op, shapes) -> None:
-        self.op, self.shapes = op, shapes
-
-    def forward(self, x, training):
-        parts, at = [], 0
-        for s in self.shapes:
-            n = int(np.prod(s))
-            parts.append(x[at:at + n].reshape(s))
-            at += n
-        return self.op.forward(parts, training)
-
-    def backward(self, dy):
-        return np.concatenate([g.reshape(-1) for g in self.op.backward(dy)])
-
-    def params(self):
-        return self.op.params()
-
-
 def _engine(shape: tuple) -> tuple:
     return tuple(shape[i] for i in (0, 2, 3, 1)) if len(shape) == 4 else shape
 
@@ -88,13 +66,13 @@ def test_einsum_backward_matches_finite_differences(equation, shapes):
     engine = [_engine(s) for s in shapes]
     x = np.random.default_rng(0).standard_normal(sum(int(np.prod(s)) for s in engine))
     op = Einsum("e", [f"x{i}" for i in range(len(shapes))], "y", terms, out)
-    check_layer(_Operands(op, engine), x, samples=40, rtol=1e-6)
+    check_layer(Operands(op, *engine), x, samples=40, rtol=1e-6)
 
 
 def test_einsum_with_a_constant_weight_matches_finite_differences():
     rng = np.random.default_rng(1)
     op = Einsum("e", ["x", Param("w", rng.standard_normal((4, 3)), "weight")], "y", ["bij", "jk"], "bik")
-    check_layer(_Operands(op, [(2, 5, 4)]), rng.standard_normal(40), samples=30, rtol=1e-6)
+    check_layer(Operands(op, (2, 5, 4)), rng.standard_normal(40), samples=30, rtol=1e-6)
 
 
 class GridAttention(nn.Module):
