@@ -369,7 +369,12 @@ def isolated(name: str, timm_model: bool, args) -> str:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         rows = [line for line in out.splitlines() if line.startswith(ROW)]
         if rows:  # what it got to: the stages after it are "not reached"
-            return json.loads(rows[-1][len(ROW):]).replace("| not reached |", f"| timed out ({args.timeout} s) |")
+            row = json.loads(rows[-1][len(ROW):])
+            first = True
+            while "| not reached |" in row:  # the stage it was in timed out; those after it were not reached
+                row = row.replace("| not reached |", f"| timed out ({args.timeout} s) |" if first else "| - |", 1)
+                first = False
+            return row
         return _format(name, {**EMPTY, "first blocker": f"timed out after {args.timeout} s"})
     if args.verbose and done.stderr:
         sys.stderr.write(done.stderr)
