@@ -103,3 +103,13 @@ def test_a_swin_v2_style_cosine_attention_block_trains_as_torchs_in_float64():
     model = assert_step_equals_torch(CosineAttention(), (2, 3, 4, 4), opset=18)
     kinds = {type(op).__name__ for op in graph_ops(model)}
     assert {"ReduceL2", "ScatterND", "MatMul"} <= kinds
+
+
+@pytest.mark.parametrize("held,want", [(32 ** -0.5, 32 ** -0.5), (2 ** 0.5, 2 ** 0.5), (0.001, 0.001), (1e-5, 1e-5),
+                                       (0.1, 0.1), (1 / 3, 0.33333334), (0.5, 0.5)])
+def test_a_float32_constant_reads_as_the_value_the_model_held(held, want):
+    """MaxViT's attention scale, 32 ** -0.5, is a float32 Constant in the graph: it reads back as the root, a typed
+    decimal as itself, anything else as its shortest decimal."""
+    from models.onnx.fold import decimal
+
+    assert decimal(np.float32(held)) == want
