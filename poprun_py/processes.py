@@ -77,7 +77,8 @@ def own_children() -> list[int] | None:
 
 
 def descendants(pid: int | None = None, spare: tuple[int, ...] = ()) -> list[psutil.Process]:
-    """Every process below ``pid`` (default: this process), but those in ``spare`` and theirs.
+    """Every process below ``pid`` (default: this process) but those in ``spare``, which must have
+    no children of their own (the agent's sweeper).
 
     For this process, when its only children are ``spare`` (the usual end of a program that left
     nothing behind) the answer comes from the kernel's children lists without walking /proc.

@@ -15,34 +15,30 @@ import numpy as np
 from models.onnx.lazy_onnx import helper, numpy_helper, onnx
 
 
-def _roots() -> dict[float, float]:
-    """float32(r) -> r for r = sqrt(k) and 1 / sqrt(k), k = 2..4096 not a square: the scales attention writes
-    (``head_dim ** -0.5``), which a model holds as Python floats and the graph keeps only in float32."""
-    out = {}
-    for k in range(2, 4097):
-        if math.isqrt(k) ** 2 != k:
-            for r in (math.sqrt(k), k ** -0.5):
-                out.setdefault(float(np.float32(r)), r)
-    return out
-
-
-_ROOTS = _roots()
+def _root(value: np.float32) -> float | None:
+    """The square root of an integer k = 2..4096 (not a square) or its inverse that float32 rounds to
+    ``value``, else None: the scales attention writes (``head_dim ** -0.5``), which a model holds as Python
+    floats and the graph keeps only in float32."""
+    v = float(value)
+    if v <= 0:
+        return None
+    for root, k in ((math.sqrt, round(v * v)), (lambda k: k ** -0.5, round(1 / (v * v)))):
+        if 2 <= k <= 4096 and math.isqrt(k) ** 2 != k and np.float32(root(k)) == value:
+            return root(k)
+    return None
 
 
 def decimal(value) -> float:
     """A float32 number as the value the exporting framework held: the shortest decimal that rounds to it
     (1e-3, not 0.0010000000474974513), or where that decimal has all of float32's digits and the number is
-    float32's rounding of a square root or its inverse (``_roots``: 0.17677669, MaxViT's 32 ** -0.5), that root
+    float32's rounding of a square root or its inverse (``_root``: 0.17677669, MaxViT's 32 ** -0.5), that root
     in float64. ONNX stores float attributes (epsilon, momentum, alpha) and scalar operands (Dropout's ratio, an
     attention's scale) in float32; the engine's layers then compute with the value a model built in the layer
     API or in torch holds: the same bits."""
     text = str(np.float32(value))
     digits = len(text.lstrip("-0.").replace(".", "").split("e")[0].rstrip("0"))
-    if digits >= 7:
-        root = _ROOTS.get(float(np.float32(value)))
-        if root is not None:
-            return root
-    return float(text)
+    root = _root(np.float32(value)) if digits >= 7 else None
+    return float(text) if root is None else root
 
 
 def attribute_values(node: onnx.NodeProto) -> dict:

@@ -54,6 +54,11 @@ def graph_ops(model) -> list:
     return [op for block in model._blocks for op in block.ops]
 
 
+def nhwc_shape(shape: tuple) -> tuple:
+    """An ONNX shape in the engine's layout (rank 4: NHWC)."""
+    return tuple(shape[i] for i in (0, 2, 3, 1)) if len(shape) == 4 else tuple(shape)
+
+
 def to_nhwc(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
 

@@ -10,11 +10,8 @@ import pytest
 
 from models.onnx.ops import Binary, from_onnx, to_onnx
 from tests.models.gradcheck import check_layer
-from tests.models.onnx_parity import Operands
+from tests.models.onnx_parity import Operands, nhwc_shape
 
-
-def _engine(shape: tuple) -> tuple:
-    return tuple(shape[i] for i in (0, 2, 3, 1)) if len(shape) == 4 else shape
 
 
 CASES = [("Add", (2, 3, 2, 4, 4), (1, 2, 4, 4)),  # MaxViT: rank-4 bias into rank-5 scores
@@ -39,4 +36,4 @@ def test_mixed_ranks_backward_matches_finite_differences(op, a_shape, b_shape):
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.standard_normal(int(np.prod(a_shape))), rng.uniform(1, 2, int(np.prod(b_shape)))])
     binary = Binary("b", op, ["a", "b"], "y", [len(a_shape), len(b_shape)], max(len(a_shape), len(b_shape)))
-    check_layer(Operands(binary, _engine(a_shape), _engine(b_shape)), x, samples=40, rtol=1e-6)
+    check_layer(Operands(binary, nhwc_shape(a_shape), nhwc_shape(b_shape)), x, samples=40, rtol=1e-6)

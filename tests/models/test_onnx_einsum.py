@@ -12,7 +12,7 @@ import pytest
 from models.onnx.ops_einsum import Einsum, einsum_macs, einsum_terms, letter_sizes
 from models.param import Param
 from tests.models.gradcheck import check_layer
-from tests.models.onnx_parity import Operands, assert_step_equals_torch, graph_ops
+from tests.models.onnx_parity import Operands, assert_step_equals_torch, graph_ops, nhwc_shape
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -48,9 +48,6 @@ def test_letter_sizes_refuse_a_broadcast_size_one_axis():
         letter_sizes(["aij", "ajk"], [(1, 2, 3), (4, 3, 2)])
 
 
-def _engine(shape: tuple) -> tuple:
-    return tuple(shape[i] for i in (0, 2, 3, 1)) if len(shape) == 4 else shape
-
 
 @pytest.mark.parametrize("equation,shapes", [
     ("bghid,bghjd->bghij", [(2, 1, 2, 3, 4), (2, 1, 2, 5, 4)]),  # MaxViT's scores
@@ -63,7 +60,7 @@ def _engine(shape: tuple) -> tuple:
 ])
 def test_einsum_backward_matches_finite_differences(equation, shapes):
     terms, out = einsum_terms(equation, [len(s) for s in shapes])
-    engine = [_engine(s) for s in shapes]
+    engine = [nhwc_shape(s) for s in shapes]
     x = np.random.default_rng(0).standard_normal(sum(int(np.prod(s)) for s in engine))
     op = Einsum("e", [f"x{i}" for i in range(len(shapes))], "y", terms, out)
     check_layer(Operands(op, *engine), x, samples=40, rtol=1e-6)
