@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT))
 
 SIZES = (64, 96, 128, 160, 224, 299)  # tried in order after --size until torch runs the model
 TIMM_MODELS = ("resnet10t", "resnet26d", "efficientnet_b0", "efficientnet_b0_gn", "mobilenetv3_small_050",
-               "mobilenetv3_large_100", "convnext_atto", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "ghostnet_100",
-               "mobilevitv2_050")
+               "mobilenetv3_large_100", "convnext_atto", "vit_tiny_patch16_224", "deit_tiny_patch16_224",
+               "ghostnet_100", "mobilevitv2_050")
 EXTRA_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True}, "googlenet": {"aux_logits": False,
                                                                                             "init_weights": True}}
 RTOL = 1e-10

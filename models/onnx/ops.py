@@ -180,8 +180,8 @@ _GELU_C = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # sqrt(2/pi), as to
 
 
 class Unary(GraphOp):
-    """Clip, Tanh, Exp, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh and Exp their output; Gelu its
-    Phi(x), exact, or tanh(u), approximate="tanh"). Clip passes the gradient strictly inside (min, max), as
+    """Clip, Tanh, Exp, HardSigmoid, HardSwish or Gelu, element-wise. Keeps the input (Tanh and Exp their
+    output; Gelu its Phi(x), exact, or tanh(u), approximate="tanh"). Clip passes the gradient strictly inside (min, max), as
     torch's ReLU6/hardtanh. Gelu is ONNX's (opset 20) and torch's: x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2))
     / 2 = erfc(-x / sqrt 2) / 2, or x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2; its erfc is
     ``models.activation.erfc`` (float64; exact where 1 + erf would cancel)."""

@@ -69,8 +69,8 @@ def einsum_macs(terms: list[str], out: str, shapes: list[tuple]) -> int:
 
 class Einsum(GraphOp):
     """numpy's ``einsum`` of its operands, each a computed tensor (by name), a trainable ``Param`` (a constant
-    weight, kept in ONNX's layout) or a fixed array, in ONNX's layout (an image-shaped operand is transposed to it and the result
-    back). Keeps every operand (in ONNX's layout)."""
+    weight, kept in ONNX's layout) or a fixed array, in ONNX's layout (an image-shaped operand is transposed to
+    it and the result back). Keeps every operand (in ONNX's layout)."""
 
     def __init__(self, name, operands: list, output: str, terms: list[str], out: str) -> None:
         super().__init__(name, [o for o in operands if isinstance(o, str)], output)
